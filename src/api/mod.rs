@@ -1,0 +1,1 @@
+//! The Shim API.

@@ -1,0 +1,1 @@
+//! Fetching, verifying and unpacking shim artifacts.

@@ -1,0 +1,1 @@
+//! The containerd config engine.

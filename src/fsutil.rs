@@ -1,0 +1,151 @@
+//! Crash-safe file writes: temp file in the same directory → fsync → rename → fsync of the
+//! directory. A reader sees the old bytes or the new bytes, never a mix, and after the call
+//! returns the new bytes survive a power loss.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Mode and owner for a newly written file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMode {
+    pub mode: u32,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+}
+
+impl FileMode {
+    pub const fn new(mode: u32) -> Self {
+        FileMode {
+            mode,
+            uid: None,
+            gid: None,
+        }
+    }
+}
+
+/// Temporary sibling name for `path` (hidden, unique per process and call).
+pub fn temp_sibling(path: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = format!(
+        ".{name}.shim-agent-{}-{}.tmp",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    path.with_file_name(tmp)
+}
+
+/// fsync a directory so that a rename or create inside it is durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Atomically replace (or create) `path` with `bytes`.
+///
+/// An existing file keeps its mode and owner; a new file gets `new_mode`
+/// (default 0644, root-owned as the caller is).
+pub fn write_atomic(path: &Path, bytes: &[u8], new_mode: Option<FileMode>) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let (mode, uid, gid) = match fs::metadata(path) {
+        Ok(m) => (
+            m.permissions().mode() & 0o7777,
+            Some(m.uid()),
+            Some(m.gid()),
+        ),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let m = new_mode.unwrap_or(FileMode::new(0o644));
+            (m.mode, m.uid, m.gid)
+        }
+        Err(e) => return Err(e),
+    };
+    let tmp = temp_sibling(path);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        // mode given to open() is filtered by the umask: set it exactly.
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        if uid.is_some() || gid.is_some() {
+            let cur = f.metadata()?;
+            if Some(cur.uid()) != uid || Some(cur.gid()) != gid {
+                std::os::unix::fs::fchown(&f, uid, gid)?;
+            }
+        }
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Remove a file and fsync its directory; a missing file is not an error.
+pub fn remove_durable(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_content_and_keeps_mode() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        fs::write(&p, b"old").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomic(&p, b"new", None).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // no temp files left behind
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn new_files_get_the_requested_mode() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("bin");
+        write_atomic(&p, b"x", Some(FileMode::new(0o755))).unwrap();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temp_file() {
+        let d = tempfile::tempdir().unwrap();
+        // target is a directory: rename fails
+        let p = d.path().join("dir");
+        fs::create_dir(&p).unwrap();
+        fs::write(p.join("x"), b"").unwrap();
+        assert!(write_atomic(&p, b"x", None).is_err());
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,15 @@
+//! shim-agent: installs containerd shims on a node and registers their runtime handlers.
+//!
+//! The crate is a library with a thin binary on top (`src/main.rs`). Modules, by concern:
+//! - [`hostroot`] and [`fsutil`]: every host path and every crash-safe write;
+//! - [`containerd`]: the containerd config engine (detect schema, add/remove a handler);
+//! - [`artifact`]: fetch, verify and unpack shims into the content-addressed store;
+//! - [`api`]: the `Shim` custom resource and the manifests around it;
+//! - [`settings`]: the agent's own configuration (`/etc/shim-agent/config.toml`).
+
+pub mod api;
+pub mod artifact;
+pub mod containerd;
+pub mod fsutil;
+pub mod hostroot;
+pub mod settings;
