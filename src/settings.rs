@@ -1,1 +1,440 @@
-//! Agent settings.
+//! The agent's own configuration: `/etc/shim-agent/config.toml` plus
+//! `/etc/shim-agent/config.d/*.toml` drop-ins.
+//!
+//! Layering: the main file first (absent = all defaults, unless its path was given
+//! explicitly with `--config`), then every `config.d/*.toml` beside it in lexical order;
+//! a later file overrides the keys it sets, tables merge key by key. Every setting is
+//! optional. Each file is checked on its own, so an unknown key or a wrong type is reported
+//! with the file that holds it; the merged result is then validated once more.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Default location of the main file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/shim-agent/config.toml";
+
+/// All settings, with defaults filled in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Settings {
+    pub node: NodeSettings,
+    pub containerd: ContainerdSettings,
+    pub fetch: FetchSettings,
+    pub paths: PathSettings,
+    pub kubernetes: KubernetesSettings,
+    pub log: LogSettings,
+}
+
+/// Which node this agent is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NodeSettings {
+    /// Node name in Kubernetes; empty = the host name.
+    pub name: String,
+}
+
+/// How containerd is found, restarted and verified.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ContainerdSettings {
+    /// Distro profile: `auto` (detect), `containerd`, `k3s`, `k3s-agent`, `rke2-agent`, `k0s`, `microk8s`.
+    pub profile: String,
+    /// containerd's main config file; empty = the profile's.
+    pub config: String,
+    /// Directory for drop-ins; empty = the profile's choice (or none).
+    pub dropin_dir: String,
+    /// systemd unit to restart; empty = the profile's.
+    pub unit: String,
+    /// containerd's gRPC socket.
+    pub socket: String,
+    /// How long a restart job may take before it counts as failed.
+    pub restart_timeout_secs: u64,
+    /// How long containerd may take to report the handler through CRI after a restart.
+    pub verify_timeout_secs: u64,
+}
+
+impl Default for ContainerdSettings {
+    fn default() -> Self {
+        ContainerdSettings {
+            profile: "auto".into(),
+            config: String::new(),
+            dropin_dir: String::new(),
+            unit: String::new(),
+            socket: "/run/containerd/containerd.sock".into(),
+            restart_timeout_secs: 90,
+            verify_timeout_secs: 30,
+        }
+    }
+}
+
+/// Download limits and policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FetchSettings {
+    /// Accept artifacts without a sha256 in the Shim (not recommended).
+    pub allow_unverified: bool,
+    /// Largest download accepted, in bytes.
+    pub max_download_bytes: u64,
+    /// Largest total size of the unpacked files, in bytes.
+    pub max_unpacked_bytes: u64,
+    /// Most entries accepted in one archive.
+    pub max_entries: u64,
+    pub connect_timeout_secs: u64,
+    /// Longest pause in a download before it is abandoned.
+    pub read_timeout_secs: u64,
+    /// Attempts for transient failures (5xx, resets), including the first.
+    pub attempts: u32,
+    /// File holding a bearer token for OCI registries (empty: anonymous pulls).
+    pub registry_token_file: String,
+}
+
+impl Default for FetchSettings {
+    fn default() -> Self {
+        FetchSettings {
+            allow_unverified: false,
+            max_download_bytes: 1 << 30,
+            max_unpacked_bytes: 2 << 30,
+            max_entries: 10_000,
+            connect_timeout_secs: 10,
+            read_timeout_secs: 30,
+            attempts: 4,
+            registry_token_file: String::new(),
+        }
+    }
+}
+
+/// Where the agent keeps its files (host paths; resolved under `--root` offline).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PathSettings {
+    /// State, journal and the content-addressed store.
+    pub state_dir: String,
+    /// Installed shims: `<shims-dir>/<shim-name>/<sha256>/<binary>`.
+    pub shims_dir: String,
+    /// Static Shims for nodes without a cluster.
+    pub static_shims_dir: String,
+}
+
+impl Default for PathSettings {
+    fn default() -> Self {
+        PathSettings {
+            state_dir: "/var/lib/shim-agent".into(),
+            shims_dir: "/opt/shim-agent/shims".into(),
+            static_shims_dir: "/etc/shim-agent/shims.d".into(),
+        }
+    }
+}
+
+/// How to reach the cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct KubernetesSettings {
+    /// kubeconfig to use; empty = in-cluster / `KUBECONFIG` / the kubelet's.
+    pub kubeconfig: String,
+}
+
+/// Logging.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LogSettings {
+    /// `error`, `warn`, `info`, `debug` or `trace` (or a tracing filter directive).
+    pub level: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            level: "info".into(),
+        }
+    }
+}
+
+/// What can go wrong loading the settings.
+#[derive(Debug, Error)]
+pub enum SettingsError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl SettingsError {
+    /// Stable machine-readable reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SettingsError::Read { .. } => "SettingsUnreadable",
+            SettingsError::Invalid { .. } => "SettingsInvalid",
+        }
+    }
+}
+
+/// The files that make up the settings, in the order they apply.
+pub fn config_files(main: &Path) -> Result<Vec<PathBuf>, SettingsError> {
+    let mut files = Vec::new();
+    if main.exists() {
+        files.push(main.to_path_buf());
+    }
+    let dir = main.parent().unwrap_or(Path::new("/")).join("config.d");
+    match std::fs::read_dir(&dir) {
+        Ok(entries) => {
+            let mut dropins: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+                .collect();
+            dropins.sort();
+            files.extend(dropins);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(SettingsError::Read {
+                path: dir,
+                source: e,
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// Load the settings. `explicit` is true when the path came from `--config`: then the main
+/// file must exist.
+pub fn load(main: &Path, explicit: bool) -> Result<Settings, SettingsError> {
+    if explicit && !main.exists() {
+        return Err(SettingsError::Read {
+            path: main.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        });
+    }
+    let mut merged = toml_edit::DocumentMut::new();
+    for path in config_files(main)? {
+        let text = std::fs::read_to_string(&path).map_err(|e| SettingsError::Read {
+            path: path.clone(),
+            source: e,
+        })?;
+        let doc: toml_edit::DocumentMut =
+            text.parse()
+                .map_err(|e: toml_edit::TomlError| SettingsError::Invalid {
+                    path: path.clone(),
+                    message: one_line(&e.to_string()),
+                })?;
+        // Check this file alone, so the error names it.
+        toml_edit::de::from_document::<Settings>(doc.clone()).map_err(|e| {
+            SettingsError::Invalid {
+                path: path.clone(),
+                message: one_line(&e.to_string()),
+            }
+        })?;
+        merge_tables(merged.as_table_mut(), doc.as_table());
+    }
+    let settings: Settings =
+        toml_edit::de::from_document(merged).map_err(|e| SettingsError::Invalid {
+            path: main.to_path_buf(),
+            message: one_line(&e.to_string()),
+        })?;
+    settings
+        .validate()
+        .map_err(|message| SettingsError::Invalid {
+            path: main.to_path_buf(),
+            message,
+        })?;
+    Ok(settings)
+}
+
+/// toml_edit's messages span several lines (a source excerpt); keep them readable in one log line.
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn merge_tables(into: &mut toml_edit::Table, from: &toml_edit::Table) {
+    for (key, item) in from.iter() {
+        match (into.get_mut(key), item.as_table_like()) {
+            (Some(existing), Some(from_table)) if existing.is_table_like() => {
+                let mut t = toml_edit::Table::new();
+                for (k, v) in from_table.iter() {
+                    t.insert(k, v.clone());
+                }
+                if let Some(existing_table) = existing.as_table_mut() {
+                    merge_tables(existing_table, &t);
+                } else if let Some(inline) = existing.as_inline_table_mut() {
+                    let mut as_table = inline.clone().into_table();
+                    merge_tables(&mut as_table, &t);
+                    *existing = toml_edit::Item::Table(as_table);
+                }
+            }
+            _ => {
+                into.insert(key, item.clone());
+            }
+        }
+    }
+}
+
+impl Settings {
+    fn validate(&self) -> Result<(), String> {
+        const PROFILES: &[&str] = &[
+            "auto",
+            "containerd",
+            "k3s",
+            "k3s-agent",
+            "rke2-agent",
+            "rke2-server",
+            "k0s",
+            "microk8s",
+        ];
+        if !PROFILES.contains(&self.containerd.profile.as_str()) {
+            return Err(format!(
+                "containerd.profile = {:?} is not known; use one of {}",
+                self.containerd.profile,
+                PROFILES.join(", ")
+            ));
+        }
+        for (name, v) in [
+            (
+                "containerd.restart-timeout-secs",
+                self.containerd.restart_timeout_secs,
+            ),
+            (
+                "containerd.verify-timeout-secs",
+                self.containerd.verify_timeout_secs,
+            ),
+            (
+                "fetch.connect-timeout-secs",
+                self.fetch.connect_timeout_secs,
+            ),
+            ("fetch.read-timeout-secs", self.fetch.read_timeout_secs),
+            ("fetch.max-download-bytes", self.fetch.max_download_bytes),
+            ("fetch.max-unpacked-bytes", self.fetch.max_unpacked_bytes),
+            ("fetch.max-entries", self.fetch.max_entries),
+            ("fetch.attempts", u64::from(self.fetch.attempts)),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be greater than 0"));
+            }
+        }
+        for (name, p) in [
+            ("paths.state-dir", &self.paths.state_dir),
+            ("paths.shims-dir", &self.paths.shims_dir),
+            ("paths.static-shims-dir", &self.paths.static_shims_dir),
+        ] {
+            if !p.starts_with('/') {
+                return Err(format!("{name} = {p:?} must be an absolute path"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, rel: &str, text: &str) -> PathBuf {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn no_files_gives_the_defaults() {
+        let d = tempfile::tempdir().unwrap();
+        let s = load(&d.path().join("config.toml"), false).unwrap();
+        assert_eq!(s, Settings::default());
+        assert_eq!(s.paths.state_dir, "/var/lib/shim-agent");
+        assert!(!s.fetch.allow_unverified);
+    }
+
+    #[test]
+    fn an_explicit_missing_file_is_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let e = load(&d.path().join("nope.toml"), true).unwrap_err();
+        assert!(e.to_string().contains("nope.toml"), "{e}");
+    }
+
+    #[test]
+    fn dropins_override_the_main_file_in_lexical_order() {
+        let d = tempfile::tempdir().unwrap();
+        let main = write(
+            d.path(),
+            "config.toml",
+            "[containerd]\nunit = \"a.service\"\nverify-timeout-secs = 5\n[log]\nlevel = \"debug\"\n",
+        );
+        write(
+            d.path(),
+            "config.d/20-b.toml",
+            "[containerd]\nunit = \"c.service\"\n",
+        );
+        write(
+            d.path(),
+            "config.d/10-a.toml",
+            "[containerd]\nunit = \"b.service\"\nsocket = \"/x.sock\"\n",
+        );
+        write(d.path(), "config.d/ignored.txt", "garbage");
+        let s = load(&main, true).unwrap();
+        assert_eq!(s.containerd.unit, "c.service");
+        assert_eq!(s.containerd.socket, "/x.sock");
+        assert_eq!(s.containerd.verify_timeout_secs, 5);
+        assert_eq!(s.log.level, "debug");
+    }
+
+    #[test]
+    fn an_unknown_key_is_rejected_naming_the_file_and_key() {
+        let d = tempfile::tempdir().unwrap();
+        let main = write(d.path(), "config.toml", "");
+        write(
+            d.path(),
+            "config.d/50-typo.toml",
+            "[fetch]\nallow-unverifed = true\n",
+        );
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(e.contains("50-typo.toml"), "{e}");
+        assert!(e.contains("allow-unverifed"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_section_and_a_wrong_type_are_rejected() {
+        let d = tempfile::tempdir().unwrap();
+        let main = write(d.path(), "config.toml", "[contanerd]\nunit = \"x\"\n");
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(e.contains("contanerd") && e.contains("config.toml"), "{e}");
+        std::fs::write(&main, "[fetch]\nattempts = \"many\"\n").unwrap();
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(e.contains("attempts") || e.contains("invalid type"), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let main = write(
+            d.path(),
+            "config.toml",
+            "[containerd]\nprofile = \"docker\"\n",
+        );
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(
+            e.contains("containerd.profile") && e.contains("docker"),
+            "{e}"
+        );
+        std::fs::write(&main, "[paths]\nstate-dir = \"var/lib\"\n").unwrap();
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(e.contains("paths.state-dir"), "{e}");
+        std::fs::write(&main, "[fetch]\nattempts = 0\n").unwrap();
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(e.contains("fetch.attempts"), "{e}");
+    }
+
+    #[test]
+    fn a_toml_syntax_error_names_file_line_and_column() {
+        let d = tempfile::tempdir().unwrap();
+        let main = write(d.path(), "config.toml", "[log]\nlevel = \n");
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(e.contains("config.toml") && e.contains("line 2"), "{e}");
+    }
+}

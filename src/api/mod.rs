@@ -1,1 +1,8 @@
-//! The Shim API.
+//! The Kubernetes API of shim-agent: the `Shim` custom resource, its CRD, and the
+//! manifests an operator applies (namespace, RBAC).
+
+pub mod load;
+pub mod manifests;
+pub mod shim;
+
+pub use shim::*;

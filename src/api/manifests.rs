@@ -1,0 +1,203 @@
+//! `shim-agent crd` and `shim-agent manifests`: the YAML an operator applies.
+//!
+//! The CRD is generated from the Rust types; `deploy/crd.yaml` and `deploy/manifests.yaml`
+//! are the committed copies, and a test fails when either drifts from what this prints.
+//!
+//! RBAC is least privilege for the agent identity (DESIGN.md §7). The agent runs either with
+//! the node's kubelet credentials (user `system:node:<name>`, group `system:nodes`, already
+//! confined to its own Node by the NodeRestriction admission plugin) or with a dedicated
+//! kubeconfig whose user is in the group [`AGENT_GROUP`]. Every agent may be elected
+//! coordinator, so every agent gets the coordinator's verbs; none of them can read Secrets,
+//! Pods, or write anything outside the Shim API, its own Node, RuntimeClasses and the Leases
+//! in [`NAMESPACE`].
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::CustomResourceExt;
+use serde::Serialize;
+
+use super::Shim;
+
+/// Namespace holding the rollout Leases.
+pub const NAMESPACE: &str = "shim-agent-system";
+/// Group for agents that use a dedicated kubeconfig instead of the kubelet's.
+pub const AGENT_GROUP: &str = "containerd.x-k8s.io:shim-agents";
+/// Name of the ClusterRole, Role and bindings.
+pub const RBAC_NAME: &str = "shim-agent";
+
+/// The CRD as YAML.
+pub fn crd_yaml() -> anyhow::Result<String> {
+    Ok(serde_yaml::to_string(&Shim::crd())?)
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(v(groups)),
+        resources: Some(v(resources)),
+        verbs: v(verbs),
+        ..Default::default()
+    }
+}
+
+fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(
+            [(
+                "app.kubernetes.io/name".to_string(),
+                "shim-agent".to_string(),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn subjects() -> Vec<Subject> {
+    [("Group", "system:nodes"), ("Group", AGENT_GROUP)]
+        .into_iter()
+        .map(|(kind, name)| Subject {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            api_group: Some("rbac.authorization.k8s.io".to_string()),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn cluster_role() -> ClusterRole {
+    ClusterRole {
+        metadata: meta(RBAC_NAME, None),
+        rules: Some(vec![
+            // every agent watches every Shim; the coordinator manages the finalizer
+            rule(
+                &["containerd.x-k8s.io"],
+                &["shims"],
+                &["get", "list", "watch", "patch", "update"],
+            ),
+            rule(&["containerd.x-k8s.io"], &["shims/finalizers"], &["update"]),
+            // only the coordinator writes status, at most every few seconds
+            rule(
+                &["containerd.x-k8s.io"],
+                &["shims/status"],
+                &["get", "patch", "update"],
+            ),
+            // own Node: label and state annotation (NodeRestriction confines kubelet identities);
+            // the coordinator lists nodes to count targets and free slots of deleted nodes
+            rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
+            rule(
+                &["node.k8s.io"],
+                &["runtimeclasses"],
+                &[
+                    "get", "list", "watch", "create", "patch", "update", "delete",
+                ],
+            ),
+            rule(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
+        ]),
+        ..Default::default()
+    }
+}
+
+fn lease_role() -> Role {
+    Role {
+        metadata: meta(RBAC_NAME, Some(NAMESPACE)),
+        rules: Some(vec![rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+        )]),
+    }
+}
+
+fn role_ref(kind: &str) -> RoleRef {
+    RoleRef {
+        api_group: "rbac.authorization.k8s.io".to_string(),
+        kind: kind.to_string(),
+        name: RBAC_NAME.to_string(),
+    }
+}
+
+fn push_doc<T: Serialize>(
+    out: &mut String,
+    api_version: &str,
+    kind: &str,
+    obj: &T,
+) -> anyhow::Result<()> {
+    let mut v = serde_json::to_value(obj)?;
+    if let Some(m) = v.as_object_mut() {
+        // k8s-openapi types serialize apiVersion/kind themselves; set them explicitly anyway
+        // so the output does not depend on that.
+        let mut ordered = serde_json::Map::new();
+        ordered.insert("apiVersion".into(), api_version.into());
+        ordered.insert("kind".into(), kind.into());
+        for (k, val) in m.iter() {
+            if k != "apiVersion" && k != "kind" {
+                ordered.insert(k.clone(), val.clone());
+            }
+        }
+        v = serde_json::Value::Object(ordered);
+    }
+    out.push_str("---\n");
+    out.push_str(&serde_yaml::to_string(&v)?);
+    Ok(())
+}
+
+/// CRD, namespace and RBAC as one multi-document YAML stream.
+pub fn manifests_yaml() -> anyhow::Result<String> {
+    let mut out = String::new();
+    push_doc(
+        &mut out,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        &Shim::crd(),
+    )?;
+    push_doc(
+        &mut out,
+        "v1",
+        "Namespace",
+        &Namespace {
+            metadata: meta(NAMESPACE, None),
+            ..Default::default()
+        },
+    )?;
+    push_doc(
+        &mut out,
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        &cluster_role(),
+    )?;
+    push_doc(
+        &mut out,
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        &ClusterRoleBinding {
+            metadata: meta(RBAC_NAME, None),
+            role_ref: role_ref("ClusterRole"),
+            subjects: Some(subjects()),
+        },
+    )?;
+    push_doc(
+        &mut out,
+        "rbac.authorization.k8s.io/v1",
+        "Role",
+        &lease_role(),
+    )?;
+    push_doc(
+        &mut out,
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+        &RoleBinding {
+            metadata: meta(RBAC_NAME, Some(NAMESPACE)),
+            role_ref: role_ref("Role"),
+            subjects: Some(subjects()),
+        },
+    )?;
+    Ok(out)
+}

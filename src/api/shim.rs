@@ -1,0 +1,281 @@
+//! The `Shim` custom resource (containerd.x-k8s.io/v1alpha1), exactly as DESIGN.md §1 gives it.
+//!
+//! The CRD is generated from these types (`shim-agent crd`); the committed copy in
+//! `deploy/crd.yaml` is checked against it by a test. Validation lives in the schema as CEL
+//! rules with messages a user understands, so `kubectl apply` rejects a bad Shim; the same
+//! rules run client-side ([`Shim::validate`]) for offline installs and static Shims.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// DNS-1123 label: what Kubernetes accepts in label names and RuntimeClass handlers.
+pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// Desired state of a containerd shim on the nodes it selects.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "containerd.x-k8s.io",
+    version = "v1alpha1",
+    kind = "Shim",
+    plural = "shims",
+    singular = "shim",
+    status = "ShimStatus",
+    derive = "PartialEq",
+    cel,
+    doc = "A containerd shim that shim-agent installs on the nodes it selects, registering its runtime handler and a RuntimeClass.",
+    printcolumn(name = "Handler", type_ = "string", json_path = ".spec.runtimeClass.handler"),
+    printcolumn(name = "Targeted", type_ = "integer", json_path = ".status.nodes.targeted"),
+    printcolumn(name = "Installed", type_ = "integer", json_path = ".status.nodes.installed"),
+    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.nodes.failed"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name must be a DNS-1123 label: at most 63 lower-case letters, digits or '-', starting and ending with a letter or digit (it is used in node label keys)"),
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShimSpec {
+    /// Nodes to install on. Absent: every node without `node-role.kubernetes.io/control-plane`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Where the shim comes from and how it is verified.
+    pub fetch_strategy: FetchStrategy,
+    /// The RuntimeClass that points pods at this shim.
+    pub runtime_class: RuntimeClassRef,
+    /// How containerd runs the shim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeSettings>,
+    /// How many nodes restart containerd at the same time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_strategy: Option<RolloutStrategy>,
+}
+
+/// How the agent fetches the shim artifact.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    validation = Rule::new("self.type != 'anonymousHttp' || (has(self.anonHttp) && has(self.anonHttp.location)) != has(self.platforms)")
+        .message("fetchStrategy of type anonymousHttp needs exactly one of anonHttp.location or platforms"),
+    validation = Rule::new("self.type != 'oci' || has(self.oci)")
+        .message("fetchStrategy of type oci needs fetchStrategy.oci.reference"),
+    validation = Rule::new("!has(self.platforms) || self.platforms.size() > 0")
+        .message("fetchStrategy.platforms must list at least one platform when set"),
+)]
+pub struct FetchStrategy {
+    /// `anonymousHttp` (http, https or file:// URL) or `oci` (an artifact in a registry).
+    #[serde(rename = "type")]
+    pub type_: FetchType,
+    /// Location and digest for `anonymousHttp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anon_http: Option<AnonHttp>,
+    /// Registry reference for `oci`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciSource>,
+    /// Per-platform artifacts, picked by the node's OS and architecture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platforms: Option<Vec<PlatformArtifact>>,
+}
+
+/// Known fetch strategies.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum FetchType {
+    /// Plain download over http, https, or from a file:// path.
+    AnonymousHttp,
+    /// Pull from an OCI registry.
+    Oci,
+}
+
+/// An artifact at a URL.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnonHttp {
+    /// `http://`, `https://` or `file:///` URL of a .tar.gz, .tar or the shim binary itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://') || self.startsWith('file:///')")
+        .message("location must be an http://, https:// or file:/// URL"))]
+    pub location: Option<String>,
+    /// SHA-256 of the downloaded bytes, 64 hex characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-fA-F0-9]{64}$')")
+        .message("sha256 must be 64 hexadecimal characters"))]
+    pub sha256: Option<String>,
+}
+
+/// An artifact in an OCI registry.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OciSource {
+    /// Image or artifact reference; pin it by digest (`registry/repo@sha256:...`).
+    #[x_kube(validation = Rule::new("self.size() > 0").message("oci.reference must not be empty"))]
+    pub reference: String,
+    /// Media type of the layer holding the shim; default: the only layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_media_type: Option<String>,
+}
+
+/// A per-platform artifact location.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlatformArtifact {
+    /// Operating system, as Go names it (`linux`).
+    pub os: String,
+    /// Architecture, as Go names it (`amd64`, `arm64`, ...).
+    pub arch: String,
+    /// URL of the artifact for this platform.
+    #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://') || self.startsWith('file:///')")
+        .message("location must be an http://, https:// or file:/// URL"))]
+    pub location: String,
+    /// SHA-256 of the artifact for this platform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-fA-F0-9]{64}$')")
+        .message("sha256 must be 64 hexadecimal characters"))]
+    pub sha256: Option<String>,
+}
+
+/// The RuntimeClass for this shim.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeClassRef {
+    /// Name of the RuntimeClass (a DNS-1123 subdomain).
+    #[x_kube(validation = Rule::new("self.size() <= 253 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
+        .message("runtimeClass.name must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters"))]
+    pub name: String,
+    /// containerd runtime handler name; default: the Shim's metadata.name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() <= 63 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("runtimeClass.handler must be a DNS-1123 label: at most 63 lower-case letters, digits or '-', starting and ending with a letter or digit"))]
+    pub handler: Option<String>,
+}
+
+/// How containerd runs the shim.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeSettings {
+    /// The shim's file in the archive; default: the one `containerd-shim-*-v*` file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
+    /// Free-form table copied to the handler's `options` in containerd's config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub options: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Pod annotations passed through to the shim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_annotations: Option<Vec<String>>,
+    /// Run privileged pods without the host's devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privileged_without_host_devices: Option<bool>,
+}
+
+/// How the change rolls out across nodes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RolloutStrategy {
+    /// `rolling` (at most maxUpdate nodes at once) or `recreate` (no limit).
+    #[serde(rename = "type")]
+    pub type_: RolloutType,
+    /// Settings for `rolling`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling: Option<RollingUpdate>,
+}
+
+/// Known rollout strategies.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RolloutType {
+    /// A limited number of nodes restart containerd at the same time.
+    Rolling,
+    /// Every node at once.
+    Recreate,
+}
+
+/// Limits of a rolling rollout.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RollingUpdate {
+    /// Nodes restarting containerd at the same time: an integer ≥ 1 or a percentage "1%".."100%".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("string(self).matches('^[1-9][0-9]*$') ? self == int(string(self)) : string(self).matches('^(100|[1-9][0-9]?)%$')")
+        .message("maxUpdate must be an integer of at least 1 or a percentage from 1% to 100%"))]
+    pub max_update: Option<IntOrString>,
+    /// Failed nodes tolerated before the rollout halts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("maxFailures must not be negative"))]
+    pub max_failures: Option<i32>,
+}
+
+/// Observed state, written by the coordinator only.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ShimStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Node counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeCounts>,
+    /// Ready, Progressing, Degraded, RolloutHalted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+/// How many nodes are in which state.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCounts {
+    pub targeted: i32,
+    pub installed: i32,
+    pub updating: i32,
+    pub failed: i32,
+}
+
+/// A Cluster API style condition.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Ready, Progressing, Degraded or RolloutHalted.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
+    /// Error, Warning or Info (only when status is False).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<String>,
+    /// When the status last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// A CamelCase machine-readable reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A human-readable message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+impl Shim {
+    /// The containerd runtime handler: `spec.runtimeClass.handler`, default `metadata.name`.
+    pub fn handler(&self) -> &str {
+        self.spec
+            .runtime_class
+            .handler
+            .as_deref()
+            .or(self.metadata.name.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// The object's name (empty when unset, which validation rejects).
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+}

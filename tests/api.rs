@@ -1,0 +1,240 @@
+//! The Shim API: the committed CRD and manifests match the types, and the CRD's validation
+//! rules reject every bad Shim the issue names, with a message that says what is wrong.
+
+use shim_agent::api::load::parse_shims;
+use shim_agent::api::manifests::{crd_yaml, manifests_yaml};
+
+const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+fn committed(rel: &str) -> String {
+    std::fs::read_to_string(format!("{MANIFEST_DIR}/{rel}")).unwrap_or_default()
+}
+
+#[test]
+fn committed_crd_yaml_matches_the_types() {
+    let generated = crd_yaml().unwrap();
+    if std::env::var_os("UPDATE_GENERATED").is_some() {
+        std::fs::write(format!("{MANIFEST_DIR}/deploy/crd.yaml"), &generated).unwrap();
+    }
+    assert!(
+        committed("deploy/crd.yaml") == generated,
+        "deploy/crd.yaml is stale: run `cargo run -- crd > deploy/crd.yaml` (or UPDATE_GENERATED=1 cargo test --test api)"
+    );
+}
+
+#[test]
+fn committed_manifests_match_the_types() {
+    let generated = manifests_yaml().unwrap();
+    if std::env::var_os("UPDATE_GENERATED").is_some() {
+        std::fs::write(format!("{MANIFEST_DIR}/deploy/manifests.yaml"), &generated).unwrap();
+    }
+    assert!(
+        committed("deploy/manifests.yaml") == generated,
+        "deploy/manifests.yaml is stale: run `cargo run -- manifests > deploy/manifests.yaml`"
+    );
+}
+
+#[test]
+fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
+    let docs: Vec<serde_yaml::Value> =
+        serde_yaml::Deserializer::from_str(&manifests_yaml().unwrap())
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "CustomResourceDefinition",
+            "Namespace",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding"
+        ]
+    );
+    assert_eq!(docs[1]["metadata"]["name"], "shim-agent-system");
+    // no wildcard, and nothing on secrets or pods
+    let text = serde_yaml::to_string(&docs[2..]).unwrap();
+    assert!(!text.contains("'*'") && !text.contains("\"*\""), "{text}");
+    for forbidden in [
+        "secrets",
+        "pods",
+        "configmaps",
+        "escalate",
+        "bind",
+        "impersonate",
+    ] {
+        assert!(!text.contains(forbidden), "RBAC mentions {forbidden}");
+    }
+    // leases only through the namespaced Role
+    assert!(!serde_yaml::to_string(&docs[2]).unwrap().contains("leases"));
+    assert_eq!(docs[4]["metadata"]["namespace"], "shim-agent-system");
+}
+
+const GOOD: &str = r#"
+apiVersion: containerd.x-k8s.io/v1alpha1
+kind: Shim
+metadata:
+  name: spin-v0-15-1
+spec:
+  fetchStrategy:
+    type: anonymousHttp
+    anonHttp:
+      location: https://example.com/shim.tar.gz
+      sha256: 3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0
+  runtimeClass:
+    name: spin
+  rolloutStrategy:
+    type: rolling
+    rolling:
+      maxUpdate: 5
+"#;
+
+fn with(from: &str, to: &str) -> String {
+    assert!(GOOD.contains(from), "test bug: {from:?} not in GOOD");
+    GOOD.replacen(from, to, 1)
+}
+
+fn rejected(yaml: &str) -> String {
+    match parse_shims(yaml, "shim.yaml") {
+        Ok(s) => panic!("accepted a bad Shim: {s:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_good_shim_parses_and_defaults_its_handler_to_the_name() {
+    let shims = parse_shims(GOOD, "shim.yaml").unwrap();
+    assert_eq!(shims.len(), 1);
+    assert_eq!(shims[0].handler(), "spin-v0-15-1");
+    let example = std::fs::read_to_string(format!("{MANIFEST_DIR}/examples/shim.yaml")).unwrap();
+    let ex = parse_shims(&example, "examples/shim.yaml").unwrap();
+    assert_eq!(ex[0].handler(), "spin-v0-15-1");
+}
+
+#[test]
+fn bad_names_are_rejected() {
+    let e = rejected(&with("name: spin-v0-15-1", "name: Spin_Shim"));
+    assert!(e.contains("metadata.name must be a DNS-1123 label"), "{e}");
+    let long = "a".repeat(64);
+    let e = rejected(&with("name: spin-v0-15-1", &format!("name: {long}")));
+    assert!(e.contains("metadata.name must be a DNS-1123 label"), "{e}");
+    let e = rejected(&with(
+        "name: spin\n",
+        "name: spin\n    handler: Bad.Handler\n",
+    ));
+    assert!(
+        e.contains("runtimeClass.handler must be a DNS-1123 label"),
+        "{e}"
+    );
+    let e = rejected(&with(
+        "name: spin\n",
+        &format!("name: spin\n    handler: {long}\n"),
+    ));
+    assert!(e.contains("runtimeClass.handler"), "{e}");
+    // 63 characters is fine
+    let ok = with(
+        "name: spin\n",
+        &format!("name: spin\n    handler: {}\n", &long[..63]),
+    );
+    parse_shims(&ok, "shim.yaml").unwrap();
+}
+
+#[test]
+fn exactly_one_of_location_and_platforms() {
+    let both = with(
+        "  runtimeClass:",
+        "    platforms:\n      - {os: linux, arch: arm64, location: https://x/a.tgz}\n  runtimeClass:",
+    );
+    let e = rejected(&both);
+    assert!(
+        e.contains("exactly one of anonHttp.location or platforms"),
+        "{e}"
+    );
+    let neither = with("      location: https://example.com/shim.tar.gz\n", "");
+    let e = rejected(&neither);
+    assert!(
+        e.contains("exactly one of anonHttp.location or platforms"),
+        "{e}"
+    );
+    let platforms_only = with(
+        "    anonHttp:\n      location: https://example.com/shim.tar.gz\n      sha256: 3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0\n",
+        "    platforms:\n      - {os: linux, arch: arm64, location: https://x/a.tgz}\n",
+    );
+    parse_shims(&platforms_only, "shim.yaml").unwrap();
+}
+
+#[test]
+fn malformed_sha256_and_locations_are_rejected() {
+    for bad in [
+        "3f5a",
+        "zz5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0",
+        "sha256:3f5a",
+    ] {
+        let e = rejected(&with(
+            "sha256: 3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0",
+            &format!("sha256: {bad}"),
+        ));
+        assert!(
+            e.contains("sha256 must be 64 hexadecimal characters"),
+            "{bad}: {e}"
+        );
+    }
+    let e = rejected(&with(
+        "https://example.com/shim.tar.gz",
+        "ftp://example.com/shim.tar.gz",
+    ));
+    assert!(
+        e.contains("location must be an http://, https:// or file:/// URL"),
+        "{e}"
+    );
+}
+
+#[test]
+fn max_update_must_be_at_least_one_or_one_to_a_hundred_percent() {
+    for bad in [
+        "0", "-1", "\"0%\"", "\"101%\"", "\"150%\"", "\"ten\"", "\"5\"",
+    ] {
+        let e = rejected(&with("maxUpdate: 5", &format!("maxUpdate: {bad}")));
+        assert!(
+            e.contains("maxUpdate must be an integer of at least 1 or a percentage"),
+            "{bad}: {e}"
+        );
+    }
+    for good in ["1", "1000", "\"1%\"", "\"10%\"", "\"100%\""] {
+        parse_shims(
+            &with("maxUpdate: 5", &format!("maxUpdate: {good}")),
+            "shim.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
+}
+
+#[test]
+fn unknown_fetch_strategy_and_unknown_fields_are_rejected() {
+    let e = rejected(&with("type: anonymousHttp", "type: ftp"));
+    assert!(
+        e.contains("unknown variant `ftp`") && e.contains("anonymousHttp"),
+        "{e}"
+    );
+    let e = rejected(&with("type: anonymousHttp", "type: oci"));
+    assert!(
+        e.contains("fetchStrategy of type oci needs fetchStrategy.oci.reference"),
+        "{e}"
+    );
+    let e = rejected(&with(
+        "  runtimeClass:",
+        "  nodeSelectr: {}\n  runtimeClass:",
+    ));
+    assert!(e.contains("nodeSelectr"), "{e}");
+}
+
+#[test]
+fn a_document_that_is_not_a_shim_is_rejected() {
+    let e = rejected("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n");
+    assert!(e.contains("is not a Shim") && e.contains("Pod"), "{e}");
+    let e = rejected("just: [unclosed");
+    assert!(e.contains("not valid YAML"), "{e}");
+    let e = rejected("");
+    assert!(e.contains("no Shim"), "{e}");
+}
