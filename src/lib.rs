@@ -13,3 +13,4 @@ pub mod containerd;
 pub mod fsutil;
 pub mod hostroot;
 pub mod settings;
+pub mod state;

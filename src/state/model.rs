@@ -1,0 +1,160 @@
+//! The documents inside the state store: installed shims and the open transaction.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the agent knows about its node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeState {
+    /// Installed shims by Shim name.
+    #[serde(default)]
+    pub shims: BTreeMap<String, InstalledShim>,
+    /// The transaction in progress, if any (at most one per node).
+    #[serde(default)]
+    pub journal: Option<Journal>,
+}
+
+/// Format 1 of the state document: no journal.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NodeStateV1 {
+    #[serde(default)]
+    pub shims: BTreeMap<String, InstalledShim>,
+}
+
+/// Where a Shim came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// `shim-agent install --root DIR` into an image.
+    Offline,
+    /// `shim-agent install -f` on a live node.
+    Cli,
+    /// `/etc/shim-agent/shims.d/*.yaml`.
+    Static,
+    /// A Shim object in the cluster.
+    Cluster,
+}
+
+/// Lifecycle of an installed shim on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShimState {
+    /// Files and config are in place but containerd was not restarted (offline install):
+    /// the agent verifies and adopts it on first boot.
+    PendingVerification,
+    /// containerd serves the handler.
+    Installed,
+    /// The last transaction for it failed and was rolled back.
+    Failed,
+}
+
+impl std::fmt::Display for ShimState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ShimState::PendingVerification => "pending-verification",
+            ShimState::Installed => "installed",
+            ShimState::Failed => "failed",
+        })
+    }
+}
+
+/// A config file the agent changed, by content hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigRecord {
+    /// Host path of the file.
+    pub path: String,
+    /// SHA-256 of the bytes before the change; `None` when the agent created the file.
+    pub sha256_before: Option<String>,
+    /// SHA-256 of the bytes the agent wrote; `None` when the agent deleted the file.
+    pub sha256_after: Option<String>,
+}
+
+/// One shim installed on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstalledShim {
+    /// Shim name (metadata.name).
+    pub name: String,
+    /// containerd runtime handler.
+    pub handler: String,
+    /// `runtime_type` registered for the handler.
+    pub runtime_type: String,
+    /// SHA-256 of the artifact it came from.
+    pub artifact_sha256: String,
+    /// URL or OCI reference of the artifact.
+    pub source: String,
+    /// Host path of the installed shim binary.
+    pub binary: String,
+    /// Hash of the desired state it was installed from (artifact + runtime settings):
+    /// a different hash means an upgrade.
+    pub spec_hash: String,
+    /// containerd config files changed for it.
+    pub config_files: Vec<ConfigRecord>,
+    pub state: ShimState,
+    pub origin: Origin,
+    /// Unix time of the install.
+    pub installed_at: u64,
+}
+
+/// What a transaction does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxnKind {
+    Install,
+    Upgrade,
+    Uninstall,
+}
+
+/// Phases of the node transaction (DESIGN.md §3). The journal records a phase *before*
+/// the side effect that follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    Planned,
+    Fetched,
+    SlotAcquired,
+    Staged,
+    Applied,
+    Restarted,
+    Verified,
+    Committed,
+    RollingBack,
+    RolledBack,
+    Broken,
+}
+
+/// A file saved before the transaction touched it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backup {
+    /// Host path of the file the transaction changes.
+    pub path: String,
+    /// Host path of the saved copy; `None` when the file did not exist before.
+    pub saved_as: Option<String>,
+    /// SHA-256 of the original bytes (`None`: did not exist).
+    pub sha256: Option<String>,
+}
+
+/// The open transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Journal {
+    /// Unique id (used in backup file names).
+    pub id: String,
+    pub kind: TxnKind,
+    /// Shim names in this transaction (several changes may share one restart).
+    pub shims: Vec<String>,
+    pub phase: Phase,
+    /// Files saved in the Staged phase.
+    #[serde(default)]
+    pub backups: Vec<Backup>,
+    /// Why the transaction is rolling back, when it is.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Unix time the transaction started.
+    pub started_at: u64,
+}
