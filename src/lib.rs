@@ -12,5 +12,6 @@ pub mod artifact;
 pub mod containerd;
 pub mod fsutil;
 pub mod hostroot;
+pub mod profile;
 pub mod settings;
 pub mod state;

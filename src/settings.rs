@@ -111,8 +111,6 @@ impl Default for FetchSettings {
 pub struct PathSettings {
     /// State, journal and the content-addressed store.
     pub state_dir: String,
-    /// Installed shims: `<shims-dir>/<shim-name>/<sha256>/<binary>`.
-    pub shims_dir: String,
     /// Static Shims for nodes without a cluster.
     pub static_shims_dir: String,
 }
@@ -121,7 +119,6 @@ impl Default for PathSettings {
     fn default() -> Self {
         PathSettings {
             state_dir: "/var/lib/shim-agent".into(),
-            shims_dir: "/opt/shim-agent/shims".into(),
             static_shims_dir: "/etc/shim-agent/shims.d".into(),
         }
     }
@@ -320,7 +317,6 @@ impl Settings {
         }
         for (name, p) in [
             ("paths.state-dir", &self.paths.state_dir),
-            ("paths.shims-dir", &self.paths.shims_dir),
             ("paths.static-shims-dir", &self.paths.static_shims_dir),
         ] {
             if !p.starts_with('/') {

@@ -113,9 +113,9 @@ pub struct OciSource {
     /// Image or artifact reference; pin it by digest (`registry/repo@sha256:...`).
     #[x_kube(validation = Rule::new("self.size() > 0").message("oci.reference must not be empty"))]
     pub reference: String,
-    /// Media type of the layer holding the shim; default: the only layer.
+    /// Digest of the layer holding the shim when the manifest has several; default: the only layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub layer_media_type: Option<String>,
+    pub layer: Option<String>,
 }
 
 /// A per-platform artifact location.

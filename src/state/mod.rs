@@ -266,6 +266,17 @@ pub fn encode(state: &NodeState) -> Result<Vec<u8>, serde_json::Error> {
     Ok(out)
 }
 
+/// Decode a state document (any supported format) without the store: for read-only views.
+pub fn decode_document(bytes: &[u8]) -> Result<NodeState, String> {
+    match decode(bytes) {
+        Ok((_, state)) => Ok(state),
+        Err(Decode::Newer(found)) => Err(format!(
+            "state format {found} is newer than this build reads ({STATE_FORMAT})"
+        )),
+        Err(Decode::Corrupt(why)) => Err(why),
+    }
+}
+
 fn decode(bytes: &[u8]) -> Result<(u32, NodeState), Decode> {
     let env: EnvelopeIn = serde_json::from_slice(bytes)
         .map_err(|e| Decode::Corrupt(format!("not a state document: {e}")))?;
