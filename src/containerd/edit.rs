@@ -29,6 +29,10 @@ pub struct Doc {
     pub doc: DocumentMut,
     /// The LF-normalised text it was parsed from.
     pub text: String,
+    /// `toml_edit`'s rendering of the unedited document, when it differs from `text` (it
+    /// normalises the quoting of a key written two ways, as EKS does). Edits are then spliced
+    /// into `text` line by line, so those lines keep their original bytes.
+    base: Option<String>,
     crlf: bool,
     eof_newline: bool,
 }
@@ -66,11 +70,17 @@ impl Doc {
                 message: e.message().trim().to_string(),
             }
         })?;
+        let eof_newline = raw.is_empty() || raw.ends_with('\n');
+        let rendered = doc.to_string();
+        let full = if eof_newline { text.clone() } else { format!("{text}\n") };
+        let base = (rendered != full && text.lines().count() == rendered.lines().count())
+            .then_some(rendered);
         let d = Doc {
             doc,
             crlf,
-            eof_newline: raw.is_empty() || raw.ends_with('\n'),
+            eof_newline,
             text,
+            base,
         };
         if d.render() != raw.as_bytes() {
             return Err(ConfigError::UnsupportedLayout {
@@ -88,6 +98,7 @@ impl Doc {
         Doc {
             doc: DocumentMut::new(),
             text: String::new(),
+            base: None,
             crlf: false,
             eof_newline: true,
         }
@@ -96,6 +107,9 @@ impl Doc {
     /// Render with the original line endings and final-newline state.
     pub fn render(&self) -> Vec<u8> {
         let mut s = self.doc.to_string();
+        if let Some(base) = &self.base {
+            s = splice(&self.text, base, &s);
+        }
         if !self.eof_newline {
             while s.ends_with('\n') {
                 s.pop();
@@ -106,6 +120,59 @@ impl Doc {
         }
         s.into_bytes()
     }
+}
+
+/// Apply the line changes `base → edited` to `orig`, which has the same lines as `base`
+/// up to formatting: unchanged lines come from `orig`, changed ones from `edited`.
+fn splice(orig: &str, base: &str, edited: &str) -> String {
+    let o: Vec<&str> = orig.split_inclusive('\n').collect();
+    let a: Vec<&str> = base.split_inclusive('\n').collect();
+    let b: Vec<&str> = edited.split_inclusive('\n').collect();
+    let pre = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let max_suf = a.len().min(b.len()) - pre;
+    let suf = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take(max_suf)
+        .take_while(|(x, y)| x == y)
+        .count();
+    let (am, bm) = (&a[pre..a.len() - suf], &b[pre..b.len() - suf]);
+    // LCS over the changed middle only (small: one or two tables).
+    let mut l = vec![vec![0u32; bm.len() + 1]; am.len() + 1];
+    for i in (0..am.len()).rev() {
+        for j in (0..bm.len()).rev() {
+            l[i][j] = if am[i] == bm[j] {
+                l[i + 1][j + 1] + 1
+            } else {
+                l[i + 1][j].max(l[i][j + 1])
+            };
+        }
+    }
+    let orig_line = |i: usize| -> &str {
+        // The original's last line may lack the newline `base` has.
+        match o.get(i) {
+            Some(line) if line.ends_with('\n') || i + 1 < a.len() => line,
+            _ => a[i],
+        }
+    };
+    let mut out = String::with_capacity(edited.len());
+    (0..pre).for_each(|i| out.push_str(orig_line(i)));
+    let (mut i, mut j) = (0, 0);
+    while i < am.len() || j < bm.len() {
+        if i < am.len() && j < bm.len() && am[i] == bm[j] {
+            out.push_str(orig_line(pre + i));
+            i += 1;
+            j += 1;
+        } else if j < bm.len() && (i == am.len() || l[i][j + 1] >= l[i + 1][j]) {
+            out.push_str(bm[j]);
+            j += 1;
+        } else {
+            i += 1;
+        }
+    }
+    (a.len() - suf..a.len()).for_each(|i| out.push_str(orig_line(i)));
+    out
 }
 
 /// 1-based line and column of a byte offset.

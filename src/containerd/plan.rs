@@ -262,27 +262,44 @@ fn plan_dropin(
         changes.push(FileChange {
             host_path: main.path.clone(),
             before: Some(main.before.clone()),
-            after: Some(main.doc.render()),
+            after: Some(render_checked(main)?),
         });
     }
     Ok(Plan { changes })
 }
 
+/// Render an edited file and check that it reads back as the edited document (the splice of
+/// edits into the original text changed nothing else).
+fn render_checked(f: &Analyzed) -> Result<Vec<u8>, ConfigError> {
+    let after = f.doc.render();
+    let same = Doc::parse(&f.path, &after).is_ok_and(|d| {
+        spec::item_to_json(d.doc.as_item()) == spec::item_to_json(f.doc.doc.as_item())
+    });
+    if !same {
+        return Err(unexpected(&f.path));
+    }
+    Ok(after)
+}
+
+fn unexpected(path: &Path) -> ConfigError {
+    ConfigError::UnsupportedLayout {
+        path: path.to_path_buf(),
+        detail: "the edited file did not read back as planned (unexpected layout); nothing was \
+                 written, please report this file"
+            .into(),
+    }
+}
+
 /// Render an edited file and check that it reads back with the handler as wanted.
 fn finish(f: &Analyzed, spec: &RuntimeSpec) -> Result<FileChange, ConfigError> {
-    let after = f.doc.render();
-    let reread = Doc::parse(&f.path, &after).ok();
-    let ok = reread.as_ref().is_some_and(|d| {
-        edit::handler_item(&d.doc, f.version, &spec.handler)
-            .is_some_and(|it| spec::differing_fields(&spec::item_to_json(it), &spec.to_json()).is_empty())
+    let after = render_checked(f)?;
+    let ok = Doc::parse(&f.path, &after).is_ok_and(|d| {
+        edit::handler_item(&d.doc, f.version, &spec.handler).is_some_and(|it| {
+            spec::differing_fields(&spec::item_to_json(it), &spec.to_json()).is_empty()
+        })
     });
     if !ok {
-        return Err(ConfigError::UnsupportedLayout {
-            path: f.path.clone(),
-            detail: "the edited file did not read back with the new handler (unexpected \
-                     layout); nothing was written, please report this file"
-                .into(),
-        });
+        return Err(unexpected(&f.path));
     }
     Ok(FileChange {
         host_path: f.path.clone(),
@@ -438,7 +455,7 @@ pub fn plan_remove(set: &ConfigSet, handler: &str) -> Result<Plan, ConfigError> 
             changes: vec![FileChange {
                 host_path: f.path.clone(),
                 before: Some(f.before.clone()),
-                after: Some(f.doc.render()),
+                after: Some(render_checked(f)?),
             }],
         });
     }
@@ -450,7 +467,7 @@ pub fn plan_remove(set: &ConfigSet, handler: &str) -> Result<Plan, ConfigError> 
         changes.push(FileChange {
             host_path: main.path.clone(),
             before: Some(main.before.clone()),
-            after: Some(main.doc.render()),
+            after: Some(render_checked(main)?),
         });
     }
     changes.push(FileChange {

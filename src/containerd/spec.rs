@@ -268,10 +268,13 @@ fn diff_maps(e: &Map<String, Json>, w: &Map<String, Json>, prefix: &str, out: &m
     keys.dedup();
     for k in keys {
         let name = format!("{prefix}{k}");
+        let empty = Map::new();
         match (e.get(k), w.get(k)) {
             (Some(Json::Object(a)), Some(Json::Object(b))) => {
                 diff_maps(a, b, &format!("{name}."), out)
             }
+            (Some(Json::Object(a)), None) => diff_maps(a, &empty, &format!("{name}."), out),
+            (None, Some(Json::Object(b))) => diff_maps(&empty, b, &format!("{name}."), out),
             (a, b) if a != b => out.push(name),
             _ => {}
         }
