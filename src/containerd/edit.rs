@@ -86,7 +86,7 @@ impl Doc {
             return Err(ConfigError::UnsupportedLayout {
                 path: path.to_path_buf(),
                 detail: "the file cannot be edited without changing bytes outside the runtime \
-                         handler (mixed line endings?); normalise its line endings first"
+                         handler; please report this file"
                     .into(),
             });
         }
@@ -464,9 +464,13 @@ mod tests {
     }
 
     #[test]
-    fn mixed_line_endings_are_refused() {
-        let e = Doc::parse_str(Path::new("/x.toml"), "a = 1\r\n[b]\nc = 2\n").unwrap_err();
-        assert_eq!(e.reason(), "UnsupportedLayout");
+    fn mixed_line_endings_are_kept_line_by_line() {
+        let p = Path::new("/x.toml");
+        let s = "a = 1\r\n[b]\nc = 2\r\n";
+        let mut d = Doc::parse_str(p, s).unwrap();
+        assert_eq!(d.render(), s.as_bytes());
+        d.doc["b"]["e"] = toml_edit::value(3);
+        assert_eq!(d.render(), b"a = 1\r\n[b]\nc = 2\r\ne = 3\n");
     }
 
     #[test]
