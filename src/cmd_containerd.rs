@@ -24,7 +24,11 @@ pub enum ContainerdCmd {
     /// someone else are never removed.
     RemoveRuntime {
         /// containerd's main config file.
-        #[arg(long, value_name = "PATH", default_value = "/etc/containerd/config.toml")]
+        #[arg(
+            long,
+            value_name = "PATH",
+            default_value = "/etc/containerd/config.toml"
+        )]
         config: PathBuf,
         /// Handler name to remove.
         #[arg(long, value_name = "NAME")]
@@ -36,7 +40,11 @@ pub enum ContainerdCmd {
     /// Show the config version, where handlers live, the handlers, imports and drop-in mode.
     Show {
         /// containerd's main config file.
-        #[arg(long, value_name = "PATH", default_value = "/etc/containerd/config.toml")]
+        #[arg(
+            long,
+            value_name = "PATH",
+            default_value = "/etc/containerd/config.toml"
+        )]
         config: PathBuf,
     },
 }
@@ -47,7 +55,11 @@ pub enum ContainerdCmd {
     .args(["runtime_path", "runtime_type"]))]
 pub struct AddArgs {
     /// containerd's main config file (the one containerd is started with).
-    #[arg(long, value_name = "PATH", default_value = "/etc/containerd/config.toml")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/etc/containerd/config.toml"
+    )]
     config: PathBuf,
     /// Handler name: the `handler` of the RuntimeClass (lowercase letters, digits, '-').
     #[arg(long, value_name = "NAME")]
@@ -191,7 +203,9 @@ fn format_inspection(i: &containerd::Inspection) -> String {
         "config version: {}\nhandlers table: {}\ndefault runtime: {}\n",
         i.version,
         i.plugin_path,
-        i.default_runtime.as_deref().unwrap_or("(containerd's default: runc)")
+        i.default_runtime
+            .as_deref()
+            .unwrap_or("(containerd's default: runc)")
     );
     s.push_str(&format!(
         "imports: {}\n",
@@ -284,7 +298,10 @@ mod tests {
     fn options_are_toml_values_or_strings() {
         assert_eq!(parse_option("a=true").unwrap().1, serde_json::json!(true));
         assert_eq!(parse_option("a=5").unwrap().1, serde_json::json!(5));
-        assert_eq!(parse_option("a=\"x y\"").unwrap().1, serde_json::json!("x y"));
+        assert_eq!(
+            parse_option("a=\"x y\"").unwrap().1,
+            serde_json::json!("x y")
+        );
         assert_eq!(
             parse_option("BinaryName=/usr/bin/x").unwrap().1,
             serde_json::json!("/usr/bin/x")

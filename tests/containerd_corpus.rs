@@ -32,7 +32,11 @@ fn corpus_files() -> Vec<(String, Vec<u8>)> {
         })
         .collect();
     v.sort();
-    assert!(v.len() >= 44, "expected the 44 corpus configs, found {}", v.len());
+    assert!(
+        v.len() >= 44,
+        "expected the 44 corpus configs, found {}",
+        v.len()
+    );
     v
 }
 
@@ -40,44 +44,123 @@ const MAIN: &str = "/etc/containerd/config.toml";
 
 /// Files the engine must refuse, with the host path they are read at and the reason.
 const REFUSED: &[(&str, &str, &str)] = &[
-    ("aks-node-controller-containerd1.toml.gtpl", MAIN, "TemplateFile"),
-    ("aks-node-controller-containerd2.toml.gtpl", MAIN, "TemplateFile"),
+    (
+        "aks-node-controller-containerd1.toml.gtpl",
+        MAIN,
+        "TemplateFile",
+    ),
+    (
+        "aks-node-controller-containerd2.toml.gtpl",
+        MAIN,
+        "TemplateFile",
+    ),
     ("bottlerocket-basic-v2.toml.hbs", MAIN, "TemplateFile"),
     ("bottlerocket-k8s-nvidia-v2.toml.hbs", MAIN, "TemplateFile"),
     ("bottlerocket-k8s-v2.toml.hbs", MAIN, "TemplateFile"),
     ("eks-al2023-nodeadm-v2.toml.tmpl", MAIN, "TemplateFile"),
     ("eks-al2023-nodeadm-v3.toml.tmpl", MAIN, "TemplateFile"),
-    ("gce-cos-configure-helper-v2.toml.heredoc", MAIN, "TemplateFile"),
-    ("image-builder-capi-containerd-config.toml.j2", MAIN, "TemplateFile"),
-    ("k3s-v1.24-template-v1-noversion.toml.tmpl", MAIN, "TemplateFile"),
+    (
+        "gce-cos-configure-helper-v2.toml.heredoc",
+        MAIN,
+        "TemplateFile",
+    ),
+    (
+        "image-builder-capi-containerd-config.toml.j2",
+        MAIN,
+        "TemplateFile",
+    ),
+    (
+        "k3s-v1.24-template-v1-noversion.toml.tmpl",
+        MAIN,
+        "TemplateFile",
+    ),
     ("k3s-v1.29-base-template-v2.toml.tmpl", MAIN, "TemplateFile"),
-    ("k8e-k3s-derivative-2026-template-v2.toml.tmpl", MAIN, "TemplateFile"),
+    (
+        "k8e-k3s-derivative-2026-template-v2.toml.tmpl",
+        MAIN,
+        "TemplateFile",
+    ),
     ("microk8s-containerd-template-v2.toml", MAIN, "TemplateFile"),
-    ("docker-containerd.io-package-default-v1.toml", MAIN, "CriDisabled"),
+    (
+        "docker-containerd.io-package-default-v1.toml",
+        MAIN,
+        "CriDisabled",
+    ),
     ("talos-system-containerd-v3.toml", MAIN, "CriDisabled"),
-    ("talos-cri-containerd-v3.toml", "/etc/cri/containerd.toml", "ReadOnlyLayout"),
+    (
+        "talos-cri-containerd-v3.toml",
+        "/etc/cri/containerd.toml",
+        "ReadOnlyLayout",
+    ),
     ("talos-cri-containerd-v3.toml", MAIN, "ReadOnlyLayout"),
-    ("talos-cri-plugin-00-base-v3.part.toml", "/etc/cri/conf.d/00-base.part", "ReadOnlyLayout"),
-    ("talos-generated-cri-registry-v3-testdata.toml", "/etc/cri/conf.d/cri.toml", "ReadOnlyLayout"),
-    ("talos-generated-cri-registry-v3-testdata.toml", MAIN, "MixedSchema"),
-    ("flatcar-sysext-v2.toml", "/usr/share/containerd/config.toml", "ReadOnlyLayout"),
-    ("flatcar-sysext-cgroupfs-v2.toml", "/usr/share/containerd/config-cgroupfs.toml", "ReadOnlyLayout"),
+    (
+        "talos-cri-plugin-00-base-v3.part.toml",
+        "/etc/cri/conf.d/00-base.part",
+        "ReadOnlyLayout",
+    ),
+    (
+        "talos-generated-cri-registry-v3-testdata.toml",
+        "/etc/cri/conf.d/cri.toml",
+        "ReadOnlyLayout",
+    ),
+    (
+        "talos-generated-cri-registry-v3-testdata.toml",
+        MAIN,
+        "MixedSchema",
+    ),
+    (
+        "flatcar-sysext-v2.toml",
+        "/usr/share/containerd/config.toml",
+        "ReadOnlyLayout",
+    ),
+    (
+        "flatcar-sysext-cgroupfs-v2.toml",
+        "/usr/share/containerd/config-cgroupfs.toml",
+        "ReadOnlyLayout",
+    ),
     ("k3s-v1.29-config-v2-rendered.toml", MAIN, "GeneratedFile"),
-    ("k3s-v1.24-config-v1-noversion-rendered.toml", "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "GeneratedFile"),
-    ("microk8s-containerd-v2-rendered.toml", "/var/snap/microk8s/current/args/containerd.toml", "GeneratedFile"),
+    (
+        "k3s-v1.24-config-v1-noversion-rendered.toml",
+        "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+        "GeneratedFile",
+    ),
+    (
+        "microk8s-containerd-v2-rendered.toml",
+        "/var/snap/microk8s/current/args/containerd.toml",
+        "GeneratedFile",
+    ),
 ];
 
 /// Files edited through a drop-in (version ≥ 3 with a glob import): the drop-in path.
 const DROPIN: &[(&str, &str)] = &[
-    ("containerd-2.2.7-config-default.toml", "/etc/containerd/conf.d/shim-agent-wasmtest.toml"),
-    ("containerd-2.3.4-config-default.toml", "/etc/containerd/conf.d/shim-agent-wasmtest.toml"),
-    ("eks-al2-v3.toml", "/etc/containerd/config.d/shim-agent-wasmtest.toml"),
-    ("image-builder-capi-containerd2-spin-v3-rendered.toml", "/etc/containerd/conf.d/shim-agent-wasmtest.toml"),
-    ("k0s-managed-containerd-v3-rendered.toml", "/etc/k0s/containerd.d/shim-agent-wasmtest.toml"),
+    (
+        "containerd-2.2.7-config-default.toml",
+        "/etc/containerd/conf.d/shim-agent-wasmtest.toml",
+    ),
+    (
+        "containerd-2.3.4-config-default.toml",
+        "/etc/containerd/conf.d/shim-agent-wasmtest.toml",
+    ),
+    (
+        "eks-al2-v3.toml",
+        "/etc/containerd/config.d/shim-agent-wasmtest.toml",
+    ),
+    (
+        "image-builder-capi-containerd2-spin-v3-rendered.toml",
+        "/etc/containerd/conf.d/shim-agent-wasmtest.toml",
+    ),
+    (
+        "k0s-managed-containerd-v3-rendered.toml",
+        "/etc/k0s/containerd.d/shim-agent-wasmtest.toml",
+    ),
 ];
 
 fn main_path_for(name: &str) -> &'static str {
-    if name.starts_with("k0s-") { "/etc/k0s/containerd.toml" } else { MAIN }
+    if name.starts_with("k0s-") {
+        "/etc/k0s/containerd.toml"
+    } else {
+        MAIN
+    }
 }
 
 #[test]
@@ -86,13 +169,19 @@ fn refused_files_are_refused_for_their_reason_naming_the_file() {
     for (name, host, reason) in REFUSED {
         let (_, bytes) = files.iter().find(|(n, _)| n == name).expect(name);
         let set = ConfigSet {
-            main: ConfigFile { host_path: host.into(), bytes: bytes.clone() },
+            main: ConfigFile {
+                host_path: host.into(),
+                bytes: bytes.clone(),
+            },
             dropins: vec![],
         };
         let e = plan_add(&set, &test_spec("wasmtest"), &AddOptions::default())
             .expect_err(&format!("{name} at {host} must be refused"));
         assert_eq!(e.reason(), *reason, "{name} at {host}: {e}");
-        assert!(e.to_string().contains(host), "{name}: message names the file: {e}");
+        assert!(
+            e.to_string().contains(host),
+            "{name}: message names the file: {e}"
+        );
         let e = plan_remove(&set, "wasmtest").expect_err(name);
         assert_eq!(e.reason(), *reason, "remove {name}: {e}");
     }
@@ -103,11 +192,17 @@ fn every_other_corpus_file_round_trips_add_then_remove() {
     let mut checked = 0;
     for (name, bytes) in corpus_files() {
         let main_path = main_path_for(&name);
-        if REFUSED.iter().any(|(n, h, _)| *n == name && *h == main_path) {
+        if REFUSED
+            .iter()
+            .any(|(n, h, _)| *n == name && *h == main_path)
+        {
             continue;
         }
         let set = ConfigSet {
-            main: ConfigFile { host_path: main_path.into(), bytes: bytes.clone() },
+            main: ConfigFile {
+                host_path: main_path.into(),
+                bytes: bytes.clone(),
+            },
             dropins: vec![],
         };
         let dropin = DROPIN.iter().find(|(n, _)| *n == name).map(|(_, d)| *d);
@@ -124,35 +219,74 @@ fn k0s_managed_file_is_never_edited_in_place() {
         .find(|(n, _)| n.starts_with("k0s-"))
         .unwrap();
     let set = ConfigSet {
-        main: ConfigFile { host_path: "/etc/k0s/containerd.toml".into(), bytes },
+        main: ConfigFile {
+            host_path: "/etc/k0s/containerd.toml".into(),
+            bytes,
+        },
         dropins: vec![],
     };
-    let opts = AddOptions { replace: false, dropin: DropinPolicy::Never };
+    let opts = AddOptions {
+        replace: false,
+        dropin: DropinPolicy::Never,
+    };
     let e = plan_add(&set, &test_spec("wasmtest"), &opts).unwrap_err();
     assert_eq!(e.reason(), "GeneratedFile", "{e}");
     let plan = plan_add(&set, &test_spec("wasmtest"), &AddOptions::default()).unwrap();
-    assert!(plan.changes.iter().all(|c| c.host_path != Path::new("/etc/k0s/containerd.toml")));
+    assert!(
+        plan.changes
+            .iter()
+            .all(|c| c.host_path != Path::new("/etc/k0s/containerd.toml"))
+    );
 }
 
 #[test]
 fn handlers_already_in_the_corpus_are_recognised_whatever_their_quoting() {
     // image-builder already has `runtimes.spin` with only a runtime_type: identical = no-op.
     let files = corpus_files();
-    let (_, ib) = files.iter().find(|(n, _)| n.starts_with("image-builder-capi-containerd2")).unwrap();
-    let set = ConfigSet { main: ConfigFile { host_path: MAIN.into(), bytes: ib.clone() }, dropins: vec![] };
+    let (_, ib) = files
+        .iter()
+        .find(|(n, _)| n.starts_with("image-builder-capi-containerd2"))
+        .unwrap();
+    let set = ConfigSet {
+        main: ConfigFile {
+            host_path: MAIN.into(),
+            bytes: ib.clone(),
+        },
+        dropins: vec![],
+    };
     let mut spin = test_spec("spin");
     spin.runtime_path = None;
     spin.options.clear();
     spin.pod_annotations.clear();
     spin.privileged_without_host_devices = false;
     spin.runtime_type = "io.containerd.spin.v2".into();
-    assert!(plan_add(&set, &spin, &AddOptions::default()).unwrap().is_empty());
+    assert!(
+        plan_add(&set, &spin, &AddOptions::default())
+            .unwrap()
+            .is_empty()
+    );
     // k3s v1.24 (version 1) has `runtimes."spin"` with a BinaryName option: a conflict naming it.
-    let (_, k3s) = files.iter().find(|(n, _)| n.starts_with("k3s-v1.24-config")).unwrap();
-    let set = ConfigSet { main: ConfigFile { host_path: MAIN.into(), bytes: k3s.clone() }, dropins: vec![] };
+    let (_, k3s) = files
+        .iter()
+        .find(|(n, _)| n.starts_with("k3s-v1.24-config"))
+        .unwrap();
+    let set = ConfigSet {
+        main: ConfigFile {
+            host_path: MAIN.into(),
+            bytes: k3s.clone(),
+        },
+        dropins: vec![],
+    };
     let e = plan_add(&set, &spin, &AddOptions::default()).unwrap_err();
     assert_eq!(e.reason(), "HandlerConflict");
     assert!(e.to_string().contains("options.BinaryName"), "{e}");
-    spin.options.insert("BinaryName".into(), "/usr/local/bin/containerd-shim-spin-v1".into());
-    assert!(plan_add(&set, &spin, &AddOptions::default()).unwrap().is_empty());
+    spin.options.insert(
+        "BinaryName".into(),
+        "/usr/local/bin/containerd-shim-spin-v1".into(),
+    );
+    assert!(
+        plan_add(&set, &spin, &AddOptions::default())
+            .unwrap()
+            .is_empty()
+    );
 }

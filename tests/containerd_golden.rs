@@ -118,7 +118,10 @@ fn run_case(dir: &Path) -> Result<(), String> {
         pod_annotations: case.pod_annotations.clone(),
         privileged_without_host_devices: case.privileged_without_host_devices,
     };
-    let opts = AddOptions { replace: case.replace, dropin: policy };
+    let opts = AddOptions {
+        replace: case.replace,
+        dropin: policy,
+    };
     let plan = match case.action.as_str() {
         "add" => plan_add(&set, &spec, &opts),
         "remove" => plan_remove(&set, &case.handler),
@@ -151,9 +154,14 @@ fn run_case(dir: &Path) -> Result<(), String> {
         std::fs::write(dir.join("expected.toml"), &got_main).unwrap();
         write_tree(&dir.join("expected-dropins"), &got_dropins);
     }
-    let want_main = std::fs::read(dir.join("expected.toml")).map_err(|e| format!("expected.toml: {e}"))?;
+    let want_main =
+        std::fs::read(dir.join("expected.toml")).map_err(|e| format!("expected.toml: {e}"))?;
     if got_main != want_main {
-        return Err(format!("main differs; got:\n{}\nwant:\n{}", show(&got_main), show(&want_main)));
+        return Err(format!(
+            "main differs; got:\n{}\nwant:\n{}",
+            show(&got_main),
+            show(&want_main)
+        ));
     }
     if got_dropins != read_tree(&dir.join("expected-dropins")) {
         return Err(format!("drop-ins differ; got {:?}", got_dropins.keys()));
@@ -167,7 +175,10 @@ fn run_case(dir: &Path) -> Result<(), String> {
         let plan = plan_remove(&set, &case.handler).map_err(|e| e.to_string())?;
         apply(&root, &plan).map_err(|e| e.to_string())?;
         if std::fs::read(&main_local).unwrap() != input {
-            return Err(format!("remove did not restore the input; got:\n{}", show(&std::fs::read(&main_local).unwrap())));
+            return Err(format!(
+                "remove did not restore the input; got:\n{}",
+                show(&std::fs::read(&main_local).unwrap())
+            ));
         }
         if read_tree(&dd_local) != dropins_in {
             return Err("remove did not restore the drop-in dir".into());
@@ -185,10 +196,19 @@ fn golden_scenarios() {
         .filter(|p| p.join("case.toml").exists())
         .collect();
     dirs.sort();
-    assert!(dirs.len() >= 20, "expected the golden cases in {}", base.display());
+    assert!(
+        dirs.len() >= 20,
+        "expected the golden cases in {}",
+        base.display()
+    );
     let failures: Vec<String> = dirs
         .iter()
         .filter_map(|d| run_case(d).err().map(|e| format!("{}: {e}", d.display())))
         .collect();
-    assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} case(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }

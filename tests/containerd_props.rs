@@ -31,7 +31,11 @@ fn plugin_key(version: Option<i64>, single: bool) -> String {
         Some(2) => "io.containerd.grpc.v1.cri",
         Some(_) => "io.containerd.cri.v1.runtime",
     };
-    if single { format!("'{id}'") } else { format!("\"{id}\"") }
+    if single {
+        format!("'{id}'")
+    } else {
+        format!("\"{id}\"")
+    }
 }
 
 fn quote_name(name: &str, q: u8) -> String {
@@ -45,12 +49,19 @@ fn quote_name(name: &str, q: u8) -> String {
 impl Gen {
     fn render(&self) -> String {
         let c = |i: usize, text: &str| {
-            if self.comments.get(i).copied().unwrap_or(false) { format!("# {text}\n") } else { String::new() }
+            if self.comments.get(i).copied().unwrap_or(false) {
+                format!("# {text}\n")
+            } else {
+                String::new()
+            }
         };
         let blank = "\n".repeat(self.blank_lines);
         let p = format!("plugins.{}", plugin_key(self.version, self.single_quotes));
         let mut s = c(0, "generated config");
-        let version_line = self.version.map(|v| format!("version = {v}\n")).unwrap_or_default();
+        let version_line = self
+            .version
+            .map(|v| format!("version = {v}\n"))
+            .unwrap_or_default();
         if !self.version_last {
             s += &version_line;
         }
@@ -61,7 +72,10 @@ impl Gen {
         s += &blank;
         for t in &self.extra_tables {
             s += &match t % 3 {
-                0 => format!("{}[grpc]\n  address = \"/run/containerd/containerd.sock\"\n{blank}", c(1, "grpc")),
+                0 => format!(
+                    "{}[grpc]\n  address = \"/run/containerd/containerd.sock\"\n{blank}",
+                    c(1, "grpc")
+                ),
                 1 => format!("[debug]\nlevel = \"info\" # trailing comment\n{blank}"),
                 _ => "[metrics]\n    address = \"\"\n\n".to_string(),
             };
@@ -69,7 +83,10 @@ impl Gen {
         if self.explicit_plugins {
             s += "[plugins]\n\n";
         }
-        let cri_table = format!("[{p}]\n  sandbox_image = 'registry.k8s.io/pause:3.10'\n{}{blank}", c(2, "sandbox"));
+        let cri_table = format!(
+            "[{p}]\n  sandbox_image = 'registry.k8s.io/pause:3.10'\n{}{blank}",
+            c(2, "sandbox")
+        );
         if !self.cri_table_after {
             s += &cri_table;
         }
@@ -79,15 +96,24 @@ impl Gen {
                 s += &format!("[{p}.containerd]\n  default_runtime_name = \"runc\"\n{blank}");
                 for (name, q) in &self.handlers {
                     s += &c(3, "a handler");
-                    s += &format!("  [{p}.containerd.runtimes.{}]\n    runtime_type = \"io.containerd.runc.v2\"\n", quote_name(name, *q));
-                    s += &format!("  [{p}.containerd.runtimes.{}.options]\n    SystemdCgroup = true\n{blank}", quote_name(name, *q));
+                    s += &format!(
+                        "  [{p}.containerd.runtimes.{}]\n    runtime_type = \"io.containerd.runc.v2\"\n",
+                        quote_name(name, *q)
+                    );
+                    s += &format!(
+                        "  [{p}.containerd.runtimes.{}.options]\n    SystemdCgroup = true\n{blank}",
+                        quote_name(name, *q)
+                    );
                 }
             }
             // dotted keys in the containerd table
             1 => {
                 s += &format!("[{p}.containerd]\n");
                 for (name, q) in &self.handlers {
-                    s += &format!("runtimes.{}.runtime_type = \"io.containerd.runc.v2\"\n", quote_name(name, *q));
+                    s += &format!(
+                        "runtimes.{}.runtime_type = \"io.containerd.runc.v2\"\n",
+                        quote_name(name, *q)
+                    );
                 }
                 s += &blank;
             }
@@ -95,7 +121,10 @@ impl Gen {
             2 => {
                 s += &format!("[{p}.containerd.runtimes]\n");
                 for (name, q) in &self.handlers {
-                    s += &format!("{} = {{ runtime_type = \"io.containerd.runc.v2\", options = {{ SystemdCgroup = true }} }}\n", quote_name(name, *q));
+                    s += &format!(
+                        "{} = {{ runtime_type = \"io.containerd.runc.v2\", options = {{ SystemdCgroup = true }} }}\n",
+                        quote_name(name, *q)
+                    );
                 }
                 s += &blank;
             }
@@ -111,41 +140,75 @@ impl Gen {
                 s.pop();
             }
         }
-        if self.crlf { s.replace('\n', "\r\n") } else { s }
+        if self.crlf {
+            s.replace('\n', "\r\n")
+        } else {
+            s
+        }
     }
 }
 
 fn gen_config() -> impl Strategy<Value = Gen> {
     (
-        (prop_oneof![Just(None), Just(Some(2)), Just(Some(3)), Just(Some(4))], any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
-        (0u8..4, proptest::sample::subsequence(vec!["runc", "nvidia", "test-handler", "kata"], 0..4), proptest::collection::vec(0u8..3, 4)),
-        (proptest::collection::vec(any::<bool>(), 5), 0usize..3, proptest::collection::vec(0u8..3, 0..3), any::<bool>(), any::<bool>()),
+        (
+            prop_oneof![Just(None), Just(Some(2)), Just(Some(3)), Just(Some(4))],
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (
+            0u8..4,
+            proptest::sample::subsequence(vec!["runc", "nvidia", "test-handler", "kata"], 0..4),
+            proptest::collection::vec(0u8..3, 4),
+        ),
+        (
+            proptest::collection::vec(any::<bool>(), 5),
+            0usize..3,
+            proptest::collection::vec(0u8..3, 0..3),
+            any::<bool>(),
+            any::<bool>(),
+        ),
     )
-        .prop_map(|((version, version_last, single_quotes, explicit_plugins, cri_table_after), (form, names, quotes), (comments, blank_lines, extra_tables, crlf, final_newline))| Gen {
-            version,
-            version_last,
-            single_quotes: single_quotes && version.is_some(),
-            explicit_plugins,
-            cri_table_after,
-            form,
-            handlers: names.into_iter().zip(quotes).map(|(n, q)| (n.to_string(), q)).collect(),
-            comments,
-            blank_lines,
-            extra_tables,
-            crlf,
-            final_newline,
-        })
+        .prop_map(
+            |(
+                (version, version_last, single_quotes, explicit_plugins, cri_table_after),
+                (form, names, quotes),
+                (comments, blank_lines, extra_tables, crlf, final_newline),
+            )| Gen {
+                version,
+                version_last,
+                single_quotes: single_quotes && version.is_some(),
+                explicit_plugins,
+                cri_table_after,
+                form,
+                handlers: names
+                    .into_iter()
+                    .zip(quotes)
+                    .map(|(n, q)| (n.to_string(), q))
+                    .collect(),
+                comments,
+                blank_lines,
+                extra_tables,
+                crlf,
+                final_newline,
+            },
+        )
 }
 
 fn set_of(text: &str) -> ConfigSet {
     ConfigSet {
-        main: ConfigFile { host_path: "/etc/containerd/config.toml".into(), bytes: text.as_bytes().to_vec() },
+        main: ConfigFile {
+            host_path: "/etc/containerd/config.toml".into(),
+            bytes: text.as_bytes().to_vec(),
+        },
         dropins: vec![],
     }
 }
 
 fn add(set: &ConfigSet, h: &str) -> ConfigSet {
-    let plan = plan_add(set, &test_spec(h), &AddOptions::default()).unwrap_or_else(|e| panic!("add {h}: {e}\n{}", String::from_utf8_lossy(&set.main.bytes)));
+    let plan = plan_add(set, &test_spec(h), &AddOptions::default())
+        .unwrap_or_else(|e| panic!("add {h}: {e}\n{}", String::from_utf8_lossy(&set.main.bytes)));
     apply_mem(set, &plan)
 }
 

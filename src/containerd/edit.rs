@@ -72,7 +72,11 @@ impl Doc {
         })?;
         let eof_newline = raw.is_empty() || raw.ends_with('\n');
         let rendered = doc.to_string();
-        let full = if eof_newline { text.clone() } else { format!("{text}\n") };
+        let full = if eof_newline {
+            text.clone()
+        } else {
+            format!("{text}\n")
+        };
         let base = (rendered != full && text.lines().count() == rendered.lines().count())
             .then_some(rendered);
         let d = Doc {
@@ -183,7 +187,10 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
         .iter()
         .rposition(|b| *b == b'\n')
         .map_or(0, |p| p + 1);
-    let column = String::from_utf8_lossy(&before[col_start..]).chars().count() + 1;
+    let column = String::from_utf8_lossy(&before[col_start..])
+        .chars()
+        .count()
+        + 1;
     (line, column)
 }
 
@@ -317,7 +324,10 @@ pub fn insert_handler(
     let runtimes = runtimes_table_mut(doc, version, path)?;
     if let Some((kept_name, kept_table)) = kept {
         let marker = format!("{KEPT_MARK}{name}");
-        runtimes.insert(kept_name, Item::Table(marked_table(kept_table, &marker, pos)));
+        runtimes.insert(
+            kept_name,
+            Item::Table(marked_table(kept_table, &marker, pos)),
+        );
     }
     let marker = format!("{HANDLER_MARK}{name}");
     match runtimes.get(name) {
@@ -438,7 +448,12 @@ pub fn remove_import(doc: &mut DocumentMut, import: &str) -> bool {
         .and_then(|k| k.leaf_decor().prefix())
         .and_then(|p| p.as_str())
         .is_some_and(|p| p.contains(IMPORT_MARK));
-    if removed && ours && root.get("imports").and_then(Item::as_array).is_some_and(|a| a.is_empty())
+    if removed
+        && ours
+        && root
+            .get("imports")
+            .and_then(Item::as_array)
+            .is_some_and(|a| a.is_empty())
     {
         root.remove("imports");
     }
@@ -458,8 +473,17 @@ mod tests {
     #[test]
     fn crlf_and_missing_final_newline_round_trip() {
         let p = Path::new("/x.toml");
-        for s in ["a = 1\r\n[b]\r\nc = 2\r\n", "a = 1\n[b]\nc = 2", "", "a = 1\r\n[b]\r\nc = 2"] {
-            assert_eq!(Doc::parse_str(p, s).unwrap().render(), s.as_bytes(), "{s:?}");
+        for s in [
+            "a = 1\r\n[b]\r\nc = 2\r\n",
+            "a = 1\n[b]\nc = 2",
+            "",
+            "a = 1\r\n[b]\r\nc = 2",
+        ] {
+            assert_eq!(
+                Doc::parse_str(p, s).unwrap().render(),
+                s.as_bytes(),
+                "{s:?}"
+            );
         }
     }
 

@@ -18,7 +18,9 @@ pub enum ConfigError {
     TemplateFile { path: PathBuf, marker: String },
 
     /// The file is not valid TOML (or not UTF-8).
-    #[error("{path}: not valid TOML at line {line}, column {column}: {message}; fix the file first")]
+    #[error(
+        "{path}: not valid TOML at line {line}, column {column}: {message}; fix the file first"
+    )]
     ParseError {
         path: PathBuf,
         line: usize,
@@ -124,7 +126,9 @@ pub enum ConfigError {
     },
 
     /// A file changed on disk between planning and applying.
-    #[error("{path}: changed on disk since the change was planned; nothing was written, plan again")]
+    #[error(
+        "{path}: changed on disk since the change was planned; nothing was written, plan again"
+    )]
     StaleFile { path: PathBuf },
 }
 

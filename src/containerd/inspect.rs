@@ -103,7 +103,12 @@ pub fn inspect(set: &ConfigSet) -> Result<Inspection, ConfigError> {
     };
     let default_runtime = schema::get_path(
         root,
-        &["plugins", schema::runtime_plugin_id(version), "containerd", "default_runtime_name"],
+        &[
+            "plugins",
+            schema::runtime_plugin_id(version),
+            "containerd",
+            "default_runtime_name",
+        ],
     )
     .and_then(Item::as_str)
     .map(str::to_string);

@@ -73,7 +73,10 @@ pub fn load(
             continue;
         }
         if let Some(bytes) = read_optional(root, &p)? {
-            dropins.push(ConfigFile { host_path: p, bytes });
+            dropins.push(ConfigFile {
+                host_path: p,
+                bytes,
+            });
         }
     }
     Ok(ConfigSet {

@@ -62,7 +62,7 @@ pub use error::ConfigError;
 pub use inspect::{HandlerForm, HandlerInfo, Inspection, inspect};
 pub use io::{apply, load};
 pub use plan::{
-    AddOptions, ConfigFile, ConfigSet, DropinPolicy, FileChange, Plan, dropin_file_name,
-    plan_add, plan_remove,
+    AddOptions, ConfigFile, ConfigSet, DropinPolicy, FileChange, Plan, dropin_file_name, plan_add,
+    plan_remove,
 };
 pub use spec::{RuntimeSpec, item_to_json, validate_handler_name};

@@ -408,7 +408,8 @@ pub(crate) fn glob_dir(base: &Path, import: &str, name: &str) -> Option<PathBuf>
     let dir = p.parent()?;
     let is_glob = pattern.contains(['*', '?']);
     let dir_plain = !dir.to_string_lossy().contains(['*', '?', '[']);
-    (is_glob && dir_plain && glob_match(pattern.as_bytes(), name.as_bytes())).then(|| dir.to_path_buf())
+    (is_glob && dir_plain && glob_match(pattern.as_bytes(), name.as_bytes()))
+        .then(|| dir.to_path_buf())
 }
 
 /// `*` and `?` glob match of one path component.

@@ -26,7 +26,12 @@ pub fn runtime_plugin_id(version: Version) -> &'static str {
 
 /// Key path of the `runtimes` table for a config version.
 pub fn runtimes_path(version: Version) -> [&'static str; 4] {
-    ["plugins", runtime_plugin_id(version), "containerd", "runtimes"]
+    [
+        "plugins",
+        runtime_plugin_id(version),
+        "containerd",
+        "runtimes",
+    ]
 }
 
 /// Human-readable TOML path of the runtimes table, e.g.
@@ -89,7 +94,9 @@ pub fn check_path(path: &Path) -> Result<(), ConfigError> {
         return ro("the file is under /usr, read-only on Flatcar and other image-based systems");
     }
     if s.starts_with("/etc/cri/") {
-        return ro("Talos CRI config: Talos merges it from its machine config, use a machine config file patch");
+        return ro(
+            "Talos CRI config: Talos merges it from its machine config, use a machine config file patch",
+        );
     }
     let gen_ = |by: &str, hint: &str| {
         Err(ConfigError::GeneratedFile {
@@ -206,7 +213,11 @@ fn check_mixed(doc: &DocumentMut, version: Version, path: &Path) -> Result<(), C
         }
     }
     let own = runtime_plugin_id(version);
-    for id in ["cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"] {
+    for id in [
+        "cri",
+        "io.containerd.grpc.v1.cri",
+        "io.containerd.cri.v1.runtime",
+    ] {
         if id == own {
             continue;
         }

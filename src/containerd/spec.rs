@@ -34,7 +34,9 @@ impl RuntimeSpec {
             let ok = !name.is_empty()
                 && !ver.is_empty()
                 && ver.bytes().all(|b| b.is_ascii_digit())
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
             ok.then(|| format!("io.containerd.{name}.v{ver}"))
         });
         let (runtime_type, runtime_path) = match derived {
@@ -76,7 +78,12 @@ impl RuntimeSpec {
         {
             return bad(format!("runtime_path `{p}` must be an absolute path"));
         }
-        if t.contains('\n') || self.runtime_path.as_deref().is_some_and(|p| p.contains('\n')) {
+        if t.contains('\n')
+            || self
+                .runtime_path
+                .as_deref()
+                .is_some_and(|p| p.contains('\n'))
+        {
             return bad("runtime_type and runtime_path must be one line".into());
         }
         if let Err(k) = check_json(&Json::Object(self.options.clone()), "options") {
@@ -88,7 +95,10 @@ impl RuntimeSpec {
     /// The handler table as containerd reads it (for comparison), as JSON.
     pub fn to_json(&self) -> Json {
         let mut m = Map::new();
-        m.insert("runtime_type".into(), Json::String(self.runtime_type.clone()));
+        m.insert(
+            "runtime_type".into(),
+            Json::String(self.runtime_type.clone()),
+        );
         if let Some(p) = &self.runtime_path {
             m.insert("runtime_path".into(), Json::String(p.clone()));
         }

@@ -16,7 +16,9 @@ pub fn test_spec(handler: &str) -> RuntimeSpec {
     RuntimeSpec {
         handler: handler.into(),
         runtime_type: format!("io.containerd.{handler}.v1"),
-        runtime_path: Some(format!("/opt/shim-agent/shims/{handler}/abc/containerd-shim-{handler}-v1")),
+        runtime_path: Some(format!(
+            "/opt/shim-agent/shims/{handler}/abc/containerd-shim-{handler}-v1"
+        )),
         options,
         pod_annotations: vec!["example.com/*".into()],
         privileged_without_host_devices: true,
@@ -97,13 +99,20 @@ pub fn apply_mem(set: &ConfigSet, plan: &Plan) -> ConfigSet {
             continue;
         }
         let pos = out.dropins.iter().position(|d| d.host_path == c.host_path);
-        assert_eq!(c.before.as_ref(), pos.map(|i| &out.dropins[i].bytes), "stale drop-in");
+        assert_eq!(
+            c.before.as_ref(),
+            pos.map(|i| &out.dropins[i].bytes),
+            "stale drop-in"
+        );
         match (pos, &c.after) {
             (Some(i), Some(b)) => out.dropins[i].bytes = b.clone(),
             (Some(i), None) => {
                 out.dropins.remove(i);
             }
-            (None, Some(b)) => out.dropins.push(ConfigFile { host_path: c.host_path.clone(), bytes: b.clone() }),
+            (None, Some(b)) => out.dropins.push(ConfigFile {
+                host_path: c.host_path.clone(),
+                bytes: b.clone(),
+            }),
             (None, None) => panic!("deleting a missing file"),
         }
     }
@@ -119,8 +128,14 @@ pub fn is_line_subsequence(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The full contract of add then remove on one config set.
-pub fn check_add_remove_round_trip(name: &str, set: &ConfigSet, spec: &RuntimeSpec, dropin: Option<&str>) {
-    let plan = plan_add(set, spec, &AddOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+pub fn check_add_remove_round_trip(
+    name: &str,
+    set: &ConfigSet,
+    spec: &RuntimeSpec,
+    dropin: Option<&str>,
+) {
+    let plan =
+        plan_add(set, spec, &AddOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(!plan.is_empty(), "{name}: add planned nothing");
     let added = apply_mem(set, &plan);
     let main_before = parse_json(&set.main.bytes);
@@ -128,29 +143,58 @@ pub fn check_add_remove_round_trip(name: &str, set: &ConfigSet, spec: &RuntimeSp
     let path = runtimes_path(version);
     let (holder_before, holder_after) = match dropin {
         Some(d) => {
-            assert_eq!(added.main.bytes, set.main.bytes, "{name}: main file must not change");
-            let f = added.dropins.iter().find(|f| f.host_path.to_str() == Some(d))
+            assert_eq!(
+                added.main.bytes, set.main.bytes,
+                "{name}: main file must not change"
+            );
+            let f = added
+                .dropins
+                .iter()
+                .find(|f| f.host_path.to_str() == Some(d))
                 .unwrap_or_else(|| panic!("{name}: no drop-in {d}: {:?}", plan.changes));
             let j = parse_json(&f.bytes);
-            assert_eq!(version_of(&j), version, "{name}: drop-in must carry the main version");
+            assert_eq!(
+                version_of(&j),
+                version,
+                "{name}: drop-in must carry the main version"
+            );
             (json!({"version": version}), j)
         }
         None => {
-            assert!(added.dropins == set.dropins, "{name}: drop-ins must not change");
-            assert!(is_line_subsequence(&set.main.bytes, &added.main.bytes),
-                "{name}: lines were changed or removed:\n{}", String::from_utf8_lossy(&added.main.bytes));
+            assert!(
+                added.dropins == set.dropins,
+                "{name}: drop-ins must not change"
+            );
+            assert!(
+                is_line_subsequence(&set.main.bytes, &added.main.bytes),
+                "{name}: lines were changed or removed:\n{}",
+                String::from_utf8_lossy(&added.main.bytes)
+            );
             (main_before.clone(), parse_json(&added.main.bytes))
         }
     };
-    let got = get(&holder_after, &[&path[..], &[spec.handler.as_str()]].concat()).cloned();
-    assert_eq!(got, Some(expected_handler_json(spec)), "{name}: handler at {path:?}");
+    let got = get(
+        &holder_after,
+        &[&path[..], &[spec.handler.as_str()]].concat(),
+    )
+    .cloned();
+    assert_eq!(
+        got,
+        Some(expected_handler_json(spec)),
+        "{name}: handler at {path:?}"
+    );
     // Every other table keeps its value; runc made explicit only where 1.x needs it.
     let mut rest = holder_after.clone();
     remove_at(&mut rest, &path, &spec.handler);
-    let had_runtimes = get(&holder_before, &path).and_then(Json::as_object).is_some_and(|o| !o.is_empty());
+    let had_runtimes = get(&holder_before, &path)
+        .and_then(Json::as_object)
+        .is_some_and(|o| !o.is_empty());
     if version <= 2 && !had_runtimes && dropin.is_none() {
-        assert_eq!(get(&rest, &[&path[..], &["runc"]].concat()),
-            Some(&json!({"runtime_type": "io.containerd.runc.v2"})), "{name}: runc kept");
+        assert_eq!(
+            get(&rest, &[&path[..], &["runc"]].concat()),
+            Some(&json!({"runtime_type": "io.containerd.runc.v2"})),
+            "{name}: runc kept"
+        );
         remove_at(&mut rest, &path, "runc");
     }
     if dropin.is_none() {
@@ -160,7 +204,12 @@ pub fn check_add_remove_round_trip(name: &str, set: &ConfigSet, spec: &RuntimeSp
         assert_eq!(rest, before_norm, "{name}: other tables changed");
     }
     // add∘add = add
-    assert!(plan_add(&added, spec, &AddOptions::default()).unwrap().is_empty(), "{name}: not idempotent");
+    assert!(
+        plan_add(&added, spec, &AddOptions::default())
+            .unwrap()
+            .is_empty(),
+        "{name}: not idempotent"
+    );
     // a different handler of the same name is a conflict naming the file
     let mut other = spec.clone();
     other.runtime_type = "io.containerd.other.v9".into();
@@ -168,8 +217,21 @@ pub fn check_add_remove_round_trip(name: &str, set: &ConfigSet, spec: &RuntimeSp
     assert_eq!(e.reason(), "HandlerConflict", "{name}: {e}");
     assert!(e.to_string().contains("runtime_type"), "{name}: {e}");
     // remove∘add = identity
-    let removed = apply_mem(&added, &plan_remove(&added, &spec.handler).unwrap_or_else(|e| panic!("{name}: {e}")));
-    assert_eq!(String::from_utf8_lossy(&removed.main.bytes), String::from_utf8_lossy(&set.main.bytes), "{name}: remove did not restore the bytes");
-    assert!(removed == *set, "{name}: remove did not restore the drop-ins");
-    assert!(plan_remove(&removed, &spec.handler).unwrap().is_empty(), "{name}: remove not idempotent");
+    let removed = apply_mem(
+        &added,
+        &plan_remove(&added, &spec.handler).unwrap_or_else(|e| panic!("{name}: {e}")),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&removed.main.bytes),
+        String::from_utf8_lossy(&set.main.bytes),
+        "{name}: remove did not restore the bytes"
+    );
+    assert!(
+        removed == *set,
+        "{name}: remove did not restore the drop-ins"
+    );
+    assert!(
+        plan_remove(&removed, &spec.handler).unwrap().is_empty(),
+        "{name}: remove not idempotent"
+    );
 }
