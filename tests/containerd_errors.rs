@@ -179,6 +179,13 @@ const REFUSALS: &[(&str, &str, &str, &str, &str)] = &[
         "io.containerd.cri.v1.runtime",
     ),
     (
+        "missing import",
+        MAIN,
+        "version = 3\nimports = [\"/etc/containerd/extra.toml\"]\n",
+        "MissingImport",
+        "/etc/containerd/extra.toml",
+    ),
+    (
         "inline runtimes",
         MAIN,
         "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n",

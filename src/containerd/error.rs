@@ -116,6 +116,13 @@ pub enum ConfigError {
         paths: Vec<PathBuf>,
     },
 
+    /// A non-glob import names a file that does not exist: containerd exits on such a config.
+    #[error(
+        "{path}: imports {import}, which does not exist: containerd will not start with this \
+         config; create the file or remove the import first"
+    )]
+    MissingImport { path: PathBuf, import: String },
+
     /// Reading or writing a file failed.
     #[error("{path}: {action}")]
     Io {
@@ -151,6 +158,7 @@ impl ConfigError {
             ConfigError::ShadowedByDropin { .. } => "ShadowedByDropin",
             ConfigError::NotOwned { .. } => "NotOwned",
             ConfigError::AmbiguousHandler { .. } => "AmbiguousHandler",
+            ConfigError::MissingImport { .. } => "MissingImport",
             ConfigError::Io { .. } => "IoError",
             ConfigError::StaleFile { .. } => "StaleFile",
         }

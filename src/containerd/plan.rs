@@ -143,6 +143,19 @@ fn find_definitions(files: &[Analyzed], handler: &str) -> Vec<Definition> {
 fn load_all(set: &ConfigSet) -> Result<Vec<Analyzed>, ConfigError> {
     let main = analyze_main(&set.main)?;
     let v = main.version;
+    let base = main.path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    for import in schema::string_array(main.doc.doc.as_table().get("imports")) {
+        let p = base.join(&import);
+        let is_glob = p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains(['*', '?', '[']));
+        if !is_glob && !set.dropins.iter().any(|d| d.host_path == p) {
+            return Err(ConfigError::MissingImport {
+                path: main.path.clone(),
+                import,
+            });
+        }
+    }
     let mut files = vec![main];
     for d in &set.dropins {
         files.push(analyze_dropin(d, v)?);
