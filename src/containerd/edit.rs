@@ -153,19 +153,20 @@ fn splice(orig: &str, base: &str, edited: &str) -> String {
             };
         }
     }
-    let orig_line = |i: usize| -> &str {
-        // The original's last line may lack the newline `base` has.
-        match o.get(i) {
-            Some(line) if line.ends_with('\n') || i + 1 < a.len() => line,
-            _ => a[i],
+    let mut out = String::with_capacity(edited.len() + 1);
+    // The original's last line may lack the newline `base` has: add it (render strips it).
+    let push_orig = |out: &mut String, i: usize| {
+        let line = o.get(i).copied().unwrap_or(a[i]);
+        out.push_str(line);
+        if !line.ends_with('\n') {
+            out.push('\n');
         }
     };
-    let mut out = String::with_capacity(edited.len());
-    (0..pre).for_each(|i| out.push_str(orig_line(i)));
+    (0..pre).for_each(|i| push_orig(&mut out, i));
     let (mut i, mut j) = (0, 0);
     while i < am.len() || j < bm.len() {
         if i < am.len() && j < bm.len() && am[i] == bm[j] {
-            out.push_str(orig_line(pre + i));
+            push_orig(&mut out, pre + i);
             i += 1;
             j += 1;
         } else if j < bm.len() && (i == am.len() || l[i][j + 1] >= l[i + 1][j]) {
@@ -175,7 +176,7 @@ fn splice(orig: &str, base: &str, edited: &str) -> String {
             i += 1;
         }
     }
-    (a.len() - suf..a.len()).for_each(|i| out.push_str(orig_line(i)));
+    (a.len() - suf..a.len()).for_each(|i| push_orig(&mut out, i));
     out
 }
 
@@ -495,6 +496,17 @@ mod tests {
         assert_eq!(d.render(), s.as_bytes());
         d.doc["b"]["e"] = toml_edit::value(3);
         assert_eq!(d.render(), b"a = 1\r\n[b]\nc = 2\r\ne = 3\n");
+    }
+
+    #[test]
+    fn a_key_quoted_two_ways_keeps_both_quotings_when_edited() {
+        let p = Path::new("/x.toml");
+        let s = "[a.'b']\nx = 1\n\n[a.\"b\".c]\ny = 2";
+        let mut d = Doc::parse_str(p, s).unwrap();
+        assert_eq!(d.render(), s.as_bytes());
+        d.doc["a"]["b"]["z"] = toml_edit::value(3);
+        let out = String::from_utf8(d.render()).unwrap();
+        assert_eq!(out, "[a.'b']\nx = 1\nz = 3\n\n[a.\"b\".c]\ny = 2");
     }
 
     #[test]
