@@ -290,3 +290,58 @@ fn handlers_already_in_the_corpus_are_recognised_whatever_their_quoting() {
             .is_empty()
     );
 }
+
+#[test]
+fn inspect_reports_version_handlers_imports_and_dropin_mode() {
+    use shim_agent::containerd::{HandlerForm, inspect};
+    let files = corpus_files();
+    let get = |prefix: &str| {
+        files
+            .iter()
+            .find(|(n, _)| n.starts_with(prefix))
+            .unwrap()
+            .1
+            .clone()
+    };
+    let set = |host: &str, bytes: Vec<u8>| ConfigSet {
+        main: ConfigFile {
+            host_path: host.into(),
+            bytes,
+        },
+        dropins: vec![],
+    };
+    let kind = inspect(&set(MAIN, get("kind-node"))).unwrap();
+    assert_eq!(kind.version, 2);
+    assert_eq!(
+        kind.plugin_path,
+        "plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes"
+    );
+    let names: Vec<_> = kind
+        .handlers
+        .iter()
+        .map(|h| (h.name.as_str(), h.owner, h.form))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("runc", "user", HandlerForm::Table),
+            ("test-handler", "user", HandlerForm::Table)
+        ]
+    );
+    assert_eq!(kind.dropin_dir, None);
+    let k0s = inspect(&set("/etc/k0s/containerd.toml", get("k0s-managed"))).unwrap();
+    assert_eq!(k0s.version, 3);
+    assert_eq!(k0s.imports, ["/etc/k0s/containerd.d/*.toml"]);
+    assert_eq!(
+        k0s.dropin_dir.as_deref(),
+        Some(Path::new("/etc/k0s/containerd.d"))
+    );
+    let v1 = inspect(&set(MAIN, get("k3s-v1.24-config"))).unwrap();
+    assert_eq!(v1.version, 1);
+    assert_eq!(v1.plugin_path, "plugins.cri.containerd.runtimes");
+    let aks = inspect(&set(MAIN, get("aks-ubuntu"))).unwrap();
+    assert_eq!(aks.default_runtime.as_deref(), Some("nvidia"));
+    assert_eq!(aks.handlers.len(), 3);
+    let e = inspect(&set(MAIN, get("bottlerocket-k8s-v2"))).unwrap_err();
+    assert_eq!(e.reason(), "TemplateFile");
+}
