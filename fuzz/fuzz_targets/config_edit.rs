@@ -9,7 +9,7 @@
 //! `HostRoot`) are not fuzzed; they only read and write the bytes planned here.
 #![no_main]
 
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../../src/containerd/mod.rs"]
 mod containerd;
 #[allow(dead_code)]
@@ -37,7 +37,10 @@ fn split(data: &[u8]) -> ConfigSet {
         None => (data, vec![]),
     };
     ConfigSet {
-        main: ConfigFile { host_path: "/etc/containerd/config.toml".into(), bytes: main.to_vec() },
+        main: ConfigFile {
+            host_path: "/etc/containerd/config.toml".into(),
+            bytes: main.to_vec(),
+        },
         dropins,
     }
 }
@@ -56,7 +59,10 @@ fn apply_mem(set: &ConfigSet, plan: &containerd::Plan) -> ConfigSet {
             }
         } else {
             let bytes = c.after.clone().expect("deleting a missing file");
-            out.dropins.push(ConfigFile { host_path: c.host_path.clone(), bytes });
+            out.dropins.push(ConfigFile {
+                host_path: c.host_path.clone(),
+                bytes,
+            });
         }
     }
     out
@@ -66,15 +72,26 @@ fuzz_target!(|data: &[u8]| {
     let set = split(data);
     let _ = containerd::inspect(&set);
     let mut spec = RuntimeSpec::from_binary("spin", "/opt/shims/containerd-shim-spin-v2");
-    spec.options.insert("SystemdCgroup".into(), serde_json::Value::Bool(true));
+    spec.options
+        .insert("SystemdCgroup".into(), serde_json::Value::Bool(true));
     let policy = match data.first().map(|b| b % 3) {
         Some(0) => DropinPolicy::Never,
         Some(1) => DropinPolicy::Dir("/etc/containerd/shim.d".into()),
         _ => DropinPolicy::Auto,
     };
-    let opts = AddOptions { replace: false, dropin: policy };
+    let opts = AddOptions {
+        replace: false,
+        dropin: policy,
+    };
     let _ = containerd::plan_remove(&set, "spin");
-    let _ = containerd::plan_add(&set, &spec, &AddOptions { replace: true, dropin: opts.dropin.clone() });
+    let _ = containerd::plan_add(
+        &set,
+        &spec,
+        &AddOptions {
+            replace: true,
+            dropin: opts.dropin.clone(),
+        },
+    );
     if let Ok(plan) = containerd::plan_add(&set, &spec, &opts) {
         if plan.is_empty() {
             return;
@@ -83,13 +100,25 @@ fuzz_target!(|data: &[u8]| {
         for c in &plan.changes {
             if let Some(b) = &c.after {
                 let text = std::str::from_utf8(b).expect("output is UTF-8");
-                assert!(text.parse::<toml_edit::DocumentMut>().is_ok(), "output does not parse");
+                assert!(
+                    text.parse::<toml_edit::DocumentMut>().is_ok(),
+                    "output does not parse"
+                );
             }
         }
         let again = containerd::plan_add(&added, &spec, &opts).expect("second add");
         assert!(again.is_empty(), "second add is not a no-op");
-        let removed = apply_mem(&added, &containerd::plan_remove(&added, "spin").expect("remove"));
-        assert!(removed.main.bytes == set.main.bytes, "remove did not restore the main file");
-        assert!(removed.dropins == set.dropins, "remove did not restore the drop-ins");
+        let removed = apply_mem(
+            &added,
+            &containerd::plan_remove(&added, "spin").expect("remove"),
+        );
+        assert!(
+            removed.main.bytes == set.main.bytes,
+            "remove did not restore the main file"
+        );
+        assert!(
+            removed.dropins == set.dropins,
+            "remove did not restore the drop-ins"
+        );
     }
 });

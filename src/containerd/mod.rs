@@ -50,6 +50,7 @@
 //! Handlers under an inline-table `runtimes` are found but not added to (refused with
 //! `UnsupportedLayout`). `--replace` of a user-defined handler is not undone by removal.
 
+mod doc;
 mod edit;
 mod error;
 mod inspect;

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::Table;
 
-use super::edit::{self, Doc, Mark};
+use super::doc::Doc;
+use super::edit::{self, Mark};
 use super::error::ConfigError;
 use super::schema::{self, Version};
 use super::spec::{self, RuntimeSpec};
