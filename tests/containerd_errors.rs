@@ -409,3 +409,38 @@ fn an_explicit_dropin_dir_is_imported_after_the_dropin_exists_and_removed_before
             .is_none()
     );
 }
+
+#[test]
+fn a_leftover_dropin_that_is_not_imported_does_not_count_as_registered() {
+    let h = Host::new();
+    h.write(MAIN, b"version = 3\n");
+    let dropin = "/etc/containerd/shim.d/shim-agent-spin.toml";
+    let opts = AddOptions {
+        replace: false,
+        dropin: shim_agent::containerd::DropinPolicy::Dir("/etc/containerd/shim.d".into()),
+    };
+    let set = load(
+        &h.root,
+        Path::new(MAIN),
+        Some(Path::new("/etc/containerd/shim.d")),
+    )
+    .unwrap();
+    apply(&h.root, &plan_add(&set, &spin(), &opts).unwrap()).unwrap();
+    // someone drops the import by hand; the file stays
+    h.write(MAIN, b"version = 3\n");
+    let set = load(
+        &h.root,
+        Path::new(MAIN),
+        Some(Path::new("/etc/containerd/shim.d")),
+    )
+    .unwrap();
+    let plan = plan_add(&set, &spin(), &opts).unwrap();
+    assert_eq!(plan.changes.len(), 2, "{plan:?}");
+    assert!(
+        plan.changes[0].before.is_some(),
+        "the existing file is the base"
+    );
+    apply(&h.root, &plan).unwrap();
+    let main = String::from_utf8(h.read(MAIN).unwrap()).unwrap();
+    assert!(main.contains(dropin), "{main}");
+}

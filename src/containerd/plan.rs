@@ -157,11 +157,25 @@ fn load_all(set: &ConfigSet) -> Result<Vec<Analyzed>, ConfigError> {
             });
         }
     }
+    let imports = schema::string_array(main.doc.doc.as_table().get("imports"));
     let mut files = vec![main];
+    // Only drop-ins containerd reads count (a file of an explicit --dropin-dir that is not
+    // imported is not part of the config).
     for d in &set.dropins {
-        files.push(analyze_dropin(d, v)?);
+        if is_imported(&base, &imports, &d.host_path) {
+            files.push(analyze_dropin(d, v)?);
+        }
     }
     Ok(files)
+}
+
+fn is_imported(base: &Path, imports: &[String], file: &Path) -> bool {
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name().and_then(|n| n.to_str())) else {
+        return false;
+    };
+    imports
+        .iter()
+        .any(|i| base.join(i) == file || glob_dir(base, i, name).is_some_and(|d| d == dir))
 }
 
 /// Plan registering `spec` as a runtime handler.
@@ -225,11 +239,12 @@ pub fn plan_add(
                 changes: vec![finish(main, spec)?],
             })
         }
-        Target::Dropin { file, import } => plan_dropin(&mut files, spec, file, import),
+        Target::Dropin { file, import } => plan_dropin(set, &mut files, spec, file, import),
     }
 }
 
 fn plan_dropin(
+    set: &ConfigSet,
     files: &mut [Analyzed],
     spec: &RuntimeSpec,
     file: PathBuf,
@@ -237,14 +252,11 @@ fn plan_dropin(
 ) -> Result<Plan, ConfigError> {
     let version = files[0].version;
     let mut changes = Vec::new();
-    let existing = files.iter_mut().skip(1).find(|f| f.path == file);
+    // The target may exist without being imported yet (explicit dir): edit what is there.
+    let existing = set.dropins.iter().find(|f| f.host_path == file);
+    let is_new = existing.is_none();
     let mut dropin = match existing {
-        Some(f) => Analyzed {
-            path: f.path.clone(),
-            before: f.before.clone(),
-            doc: f.doc.clone(),
-            version: f.version,
-        },
+        Some(f) => analyze_dropin(f, version)?,
         None => {
             let mut doc = Doc::new_empty();
             doc.doc.insert("version", toml_edit::value(version.0));
@@ -256,7 +268,6 @@ fn plan_dropin(
             }
         }
     };
-    let is_new = !files.iter().skip(1).any(|f| f.path == file);
     edit::insert_handler(
         &mut dropin.doc.doc,
         dropin.version,
