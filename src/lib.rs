@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod artifact;
+pub mod cmd_containerd;
 pub mod containerd;
 pub mod fsutil;
 pub mod hostroot;

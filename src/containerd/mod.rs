@@ -1,1 +1,69 @@
-//! The containerd config engine.
+//! The containerd config engine: register and unregister CRI runtime handlers in containerd's
+//! TOML configuration without disturbing anything else.
+//!
+//! A **pure core** ([`plan_add`], [`plan_remove`], [`inspect`]: bytes in, an ordered [`Plan`] of
+//! file changes out) and a **thin I/O shell** ([`load`], [`apply`]) that goes through
+//! [`HostRoot`](crate::hostroot::HostRoot) and [`fsutil`](crate::fsutil) (temp file, fsync,
+//! rename, fsync of the directory; mode and owner kept). The transaction engine can therefore
+//! back up every file a plan touches before touching any.
+//!
+//! # Schema
+//! `version` is read from the root table wherever it stands; missing means 1. Handler tables:
+//! v1 `plugins.cri.containerd.runtimes.<h>`, v2 `plugins."io.containerd.grpc.v1.cri"…`, v3/v4
+//! `plugins."io.containerd.cri.v1.runtime"…`. Other versions are refused. A handler is found
+//! whatever its quoting or form (header, dotted keys, inline table): lookups go through
+//! `toml_edit`'s key model, never through text search, and no header is ever added for a table
+//! that exists (missing parents are created *implicit*, so they get no header either).
+//!
+//! # Decisions
+//! - **Default runtime kept (1.x).** containerd 1.x replaces its default runtimes map with the
+//!   file's `runtimes` table, so for config versions 1 and 2 with no handler at all the agent
+//!   also writes `runc` explicitly, as containerd 1.6/1.7 define it by default:
+//!   `runtime_type = "io.containerd.runc.v2"` and no `options` table. Unset options are exactly
+//!   containerd's default (`SystemdCgroup = false`); a file with no runtimes table states no
+//!   per-runtime cgroup setting anywhere, so nothing else is copied. That table is marked
+//!   `# shim-agent: default runtime kept for handler <h>` and removed with the last handler that
+//!   needs it. Existing handlers (whatever `default_runtime_name` is: `nvidia`, `shimpei`, …)
+//!   are never touched. Version 3/4 files are only read by 2.x, which deep-merges: no runc.
+//! - **Drop-ins only for config version ≥ 3.** On 1.x a drop-in replaces whole plugin sections:
+//!   a v2 drop-in holding only `runtimes.spin` would remove runc and every CRI setting of the
+//!   main file. A version 1/2 file may be read by 1.x, so it is always edited in place (and an
+//!   explicit drop-in dir is refused with `DropinUnsafe`). Version ≥ 3 implies containerd 2.x,
+//!   which deep-merges drop-ins; the drop-in carries the main file's version (2.3 refuses a
+//!   drop-in newer than its root). In `Auto` mode a drop-in is used when the main file already
+//!   imports a directory glob (k0s `/etc/k0s/containerd.d/*.toml`, containerd 2.2+
+//!   `/etc/containerd/conf.d/*.toml`, EKS `config.d`); with an explicit dir and no covering
+//!   import, the exact file path is imported (created first, import removed first).
+//! - **Ownership.** Tables the agent adds carry `# shim-agent: handler <h>` in their header
+//!   decor. Only marked handlers are removed; a user-defined handler is refused (`NotOwned`),
+//!   never deleted, and there is no force flag: the node owner removes it by hand. `--replace`
+//!   rewrites a conflicting handler where it stands and marks it as the agent's.
+//! - **Refusals.** Templates (`{{`, `{%`, `+++` front matter, `${VAR}`), parse errors (line and
+//!   column), unknown versions, read-only or generated layouts (Flatcar `/usr`, Talos
+//!   `/etc/cri/`, Bottlerocket `shimpei`, k3s/rke2/microk8s generated files, k0s-managed file
+//!   edited in place), a disabled CRI plugin, runtime tables under another version's plugin ID.
+//! - **Bytes.** A file is only edited if `toml_edit` renders it back unchanged; CRLF files stay
+//!   CRLF; a missing final newline stays missing. Every edited file is re-parsed and must show
+//!   the handler exactly as wanted before the plan is returned.
+//!
+//! # Caveats
+//! Handlers under an inline-table `runtimes` are found but not added to (refused with
+//! `UnsupportedLayout`). `--replace` of a user-defined handler is not undone by removal.
+
+mod doc;
+mod edit;
+mod error;
+mod inspect;
+mod io;
+mod plan;
+mod schema;
+mod spec;
+
+pub use error::ConfigError;
+pub use inspect::{HandlerForm, HandlerInfo, Inspection, inspect};
+pub use io::{apply, load};
+pub use plan::{
+    AddOptions, ConfigFile, ConfigSet, DropinPolicy, FileChange, Plan, dropin_file_name, plan_add,
+    plan_remove,
+};
+pub use spec::{RuntimeSpec, item_to_json, validate_handler_name};

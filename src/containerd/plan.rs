@@ -1,0 +1,505 @@
+//! The pure planner: config bytes in, an ordered list of file changes out. No I/O.
+
+use std::path::{Path, PathBuf};
+
+use toml_edit::Table;
+
+use super::doc::Doc;
+use super::edit::{self, Mark};
+use super::error::ConfigError;
+use super::schema::{self, Version};
+use super::spec::{self, RuntimeSpec};
+
+/// One config file as read from the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFile {
+    /// Host path (as the node sees it, e.g. `/etc/containerd/config.toml`).
+    pub host_path: PathBuf,
+    /// The file's bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// The main config file and the drop-ins it imports (plus those of an explicit drop-in dir).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigSet {
+    /// The file containerd is started with (`--config`).
+    pub main: ConfigFile,
+    /// Existing drop-ins, in the order containerd reads them.
+    pub dropins: Vec<ConfigFile>,
+}
+
+/// Where a new handler goes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum DropinPolicy {
+    /// A drop-in when the main file has config version ≥ 3 and already imports a directory
+    /// glob; otherwise the main file, in place.
+    #[default]
+    Auto,
+    /// Always the main file, in place.
+    Never,
+    /// A drop-in in this directory (version ≥ 3 only); the import is added when missing.
+    Dir(PathBuf),
+}
+
+/// Options of [`plan_add`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AddOptions {
+    /// Overwrite a handler of the same name that has different settings.
+    pub replace: bool,
+    /// Drop-in or in place.
+    pub dropin: DropinPolicy,
+}
+
+/// One file to create, replace or delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// Host path of the file.
+    pub host_path: PathBuf,
+    /// Bytes expected on disk now (`None`: the file must not exist).
+    pub before: Option<Vec<u8>>,
+    /// Bytes to write (`None`: delete the file).
+    pub after: Option<Vec<u8>>,
+}
+
+/// Ordered file changes: a drop-in is created before its import is added, and an import is
+/// removed before its drop-in is deleted, so containerd never sees a missing import.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Changes in the order they must be applied.
+    pub changes: Vec<FileChange>,
+}
+
+impl Plan {
+    /// True when nothing needs to change.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+}
+
+/// A parsed, checked config file.
+pub(crate) struct Analyzed {
+    pub path: PathBuf,
+    pub before: Vec<u8>,
+    pub doc: Doc,
+    pub version: Version,
+}
+
+/// Parse and check the main config file.
+pub(crate) fn analyze_main(file: &ConfigFile) -> Result<Analyzed, ConfigError> {
+    schema::check_path(&file.host_path)?;
+    let a = analyze_common(file, None)?;
+    schema::check_content(&a.doc.doc, &a.doc.text, a.version, &a.path)?;
+    Ok(a)
+}
+
+/// Parse a drop-in; a drop-in without `version` is read with the main file's version.
+pub(crate) fn analyze_dropin(file: &ConfigFile, main: Version) -> Result<Analyzed, ConfigError> {
+    analyze_common(file, Some(main))
+}
+
+fn analyze_common(file: &ConfigFile, default: Option<Version>) -> Result<Analyzed, ConfigError> {
+    let path = &file.host_path;
+    let lossy = String::from_utf8_lossy(&file.bytes);
+    if let Some(marker) = schema::template_marker(&lossy) {
+        return Err(ConfigError::TemplateFile {
+            path: path.clone(),
+            marker: marker.to_string(),
+        });
+    }
+    let doc = Doc::parse(path, &file.bytes)?;
+    let version = match (default, doc.doc.as_table().contains_key("version")) {
+        (Some(v), false) => v,
+        _ => schema::detect_version(&doc.doc, path)?,
+    };
+    Ok(Analyzed {
+        path: path.clone(),
+        before: file.bytes.clone(),
+        doc,
+        version,
+    })
+}
+
+/// Where the handler is defined: index into `[main, dropins...]` and its plain value.
+struct Definition {
+    file: usize,
+    value: serde_json::Value,
+    mark: Mark,
+}
+
+fn find_definitions(files: &[Analyzed], handler: &str) -> Vec<Definition> {
+    files
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| {
+            let item = edit::handler_item(&f.doc.doc, f.version, handler)?;
+            Some(Definition {
+                file: i,
+                value: spec::item_to_json(item),
+                mark: edit::mark_of(item),
+            })
+        })
+        .collect()
+}
+
+fn load_all(set: &ConfigSet) -> Result<Vec<Analyzed>, ConfigError> {
+    let main = analyze_main(&set.main)?;
+    let v = main.version;
+    let base = main.path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    for import in schema::string_array(main.doc.doc.as_table().get("imports")) {
+        let p = base.join(&import);
+        let is_glob = p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains(['*', '?', '[']));
+        if !is_glob && !set.dropins.iter().any(|d| d.host_path == p) {
+            return Err(ConfigError::MissingImport {
+                path: main.path.clone(),
+                import,
+            });
+        }
+    }
+    let imports = schema::string_array(main.doc.doc.as_table().get("imports"));
+    let mut files = vec![main];
+    // Only drop-ins containerd reads count (a file of an explicit --dropin-dir that is not
+    // imported is not part of the config).
+    for d in &set.dropins {
+        if is_imported(&base, &imports, &d.host_path) {
+            files.push(analyze_dropin(d, v)?);
+        }
+    }
+    Ok(files)
+}
+
+fn is_imported(base: &Path, imports: &[String], file: &Path) -> bool {
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name().and_then(|n| n.to_str())) else {
+        return false;
+    };
+    imports
+        .iter()
+        .any(|i| base.join(i) == file || glob_dir(base, i, name).is_some_and(|d| d == dir))
+}
+
+/// Plan registering `spec` as a runtime handler.
+///
+/// Identical handler already present anywhere: empty plan. Same name, other settings:
+/// [`ConfigError::HandlerConflict`] unless `opts.replace`.
+pub fn plan_add(
+    set: &ConfigSet,
+    spec: &RuntimeSpec,
+    opts: &AddOptions,
+) -> Result<Plan, ConfigError> {
+    spec.validate()?;
+    let mut files = load_all(set)?;
+    let wanted = spec.to_json();
+    let defs = find_definitions(&files, &spec.handler);
+    if defs.len() > 1 {
+        return Err(ConfigError::AmbiguousHandler {
+            handler: spec.handler.clone(),
+            paths: defs.iter().map(|d| files[d.file].path.clone()).collect(),
+        });
+    }
+    if let Some(def) = defs.first() {
+        let fields = spec::differing_fields(&def.value, &wanted);
+        if fields.is_empty() {
+            return Ok(Plan::default());
+        }
+        let f = &mut files[def.file];
+        if !opts.replace {
+            return Err(ConfigError::HandlerConflict {
+                path: f.path.clone(),
+                handler: spec.handler.clone(),
+                fields,
+            });
+        }
+        edit::insert_handler(
+            &mut f.doc.doc,
+            f.version,
+            &f.path,
+            &spec.handler,
+            spec.to_table(),
+            None,
+        )?;
+        return Ok(Plan {
+            changes: vec![finish(f, spec)?],
+        });
+    }
+    match choose_target(&files, spec, opts)? {
+        Target::InPlace => {
+            check_not_shadowed(&files)?;
+            let main = &mut files[0];
+            let kept = keep_default(main, &spec.handler);
+            edit::insert_handler(
+                &mut main.doc.doc,
+                main.version,
+                &main.path,
+                &spec.handler,
+                spec.to_table(),
+                kept.map(|k| (k, runc_default())),
+            )?;
+            Ok(Plan {
+                changes: vec![finish(main, spec)?],
+            })
+        }
+        Target::Dropin { file, import } => plan_dropin(set, &mut files, spec, file, import),
+    }
+}
+
+fn plan_dropin(
+    set: &ConfigSet,
+    files: &mut [Analyzed],
+    spec: &RuntimeSpec,
+    file: PathBuf,
+    import: Option<String>,
+) -> Result<Plan, ConfigError> {
+    let version = files[0].version;
+    let mut changes = Vec::new();
+    // The target may exist without being imported yet (explicit dir): edit what is there.
+    let existing = set.dropins.iter().find(|f| f.host_path == file);
+    let is_new = existing.is_none();
+    let mut dropin = match existing {
+        Some(f) => analyze_dropin(f, version)?,
+        None => {
+            let mut doc = Doc::new_empty();
+            doc.doc.insert("version", toml_edit::value(version.0));
+            Analyzed {
+                path: file.clone(),
+                before: Vec::new(),
+                doc,
+                version,
+            }
+        }
+    };
+    edit::insert_handler(
+        &mut dropin.doc.doc,
+        dropin.version,
+        &dropin.path,
+        &spec.handler,
+        spec.to_table(),
+        None,
+    )?;
+    let mut change = finish(&dropin, spec)?;
+    if is_new {
+        change.before = None;
+    }
+    changes.push(change);
+    if let Some(import) = import {
+        let main = &mut files[0];
+        edit::add_import(&mut main.doc.doc, &import, &main.path)?;
+        changes.push(FileChange {
+            host_path: main.path.clone(),
+            before: Some(main.before.clone()),
+            after: Some(render_checked(main)?),
+        });
+    }
+    Ok(Plan { changes })
+}
+
+/// Render an edited file and check that it reads back as the edited document (the splice of
+/// edits into the original text changed nothing else).
+fn render_checked(f: &Analyzed) -> Result<Vec<u8>, ConfigError> {
+    let after = f.doc.render();
+    let same = Doc::parse(&f.path, &after).is_ok_and(|d| {
+        spec::item_to_json(d.doc.as_item()) == spec::item_to_json(f.doc.doc.as_item())
+    });
+    if !same {
+        return Err(unexpected(&f.path));
+    }
+    Ok(after)
+}
+
+fn unexpected(path: &Path) -> ConfigError {
+    ConfigError::UnsupportedLayout {
+        path: path.to_path_buf(),
+        detail: "the edited file did not read back as planned (unexpected layout); nothing was \
+                 written, please report this file"
+            .into(),
+    }
+}
+
+/// Render an edited file and check that it reads back with the handler as wanted.
+fn finish(f: &Analyzed, spec: &RuntimeSpec) -> Result<FileChange, ConfigError> {
+    let after = render_checked(f)?;
+    let ok = Doc::parse(&f.path, &after).is_ok_and(|d| {
+        edit::handler_item(&d.doc, f.version, &spec.handler).is_some_and(|it| {
+            spec::differing_fields(&spec::item_to_json(it), &spec.to_json()).is_empty()
+        })
+    });
+    if !ok {
+        return Err(unexpected(&f.path));
+    }
+    Ok(FileChange {
+        host_path: f.path.clone(),
+        before: Some(f.before.clone()),
+        after: Some(after),
+    })
+}
+
+/// containerd 1.x replaces its default runtimes map with the file's `runtimes` table: when the
+/// file has none, the default (runc) must be written explicitly next to the new handler.
+fn keep_default<'a>(main: &Analyzed, handler: &str) -> Option<&'a str> {
+    let empty = edit::handler_names(&main.doc.doc, main.version).is_empty();
+    (main.version.0 <= 2 && empty && handler != "runc").then_some("runc")
+}
+
+/// containerd's own default runc handler (1.6/1.7 `DefaultConfig`): only its runtime type. Its
+/// options are left unset, which is containerd's default (`SystemdCgroup = false`).
+fn runc_default() -> Table {
+    let mut t = Table::new();
+    t.insert("runtime_type", toml_edit::value("io.containerd.runc.v2"));
+    t
+}
+
+/// On 1.x a drop-in that defines the CRI plugin replaces the main file's whole section.
+fn check_not_shadowed(files: &[Analyzed]) -> Result<(), ConfigError> {
+    let main = &files[0];
+    if main.version.0 >= 3 {
+        return Ok(());
+    }
+    let id = schema::runtime_plugin_id(main.version);
+    for d in &files[1..] {
+        if schema::get_path(d.doc.doc.as_table(), &["plugins", id]).is_some() {
+            return Err(ConfigError::ShadowedByDropin {
+                path: main.path.clone(),
+                dropin: d.path.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+enum Target {
+    InPlace,
+    Dropin {
+        file: PathBuf,
+        import: Option<String>,
+    },
+}
+
+/// File name of the agent's drop-in for a handler.
+pub fn dropin_file_name(handler: &str) -> String {
+    format!("shim-agent-{handler}.toml")
+}
+
+fn choose_target(
+    files: &[Analyzed],
+    spec: &RuntimeSpec,
+    opts: &AddOptions,
+) -> Result<Target, ConfigError> {
+    let main = &files[0];
+    let name = dropin_file_name(&spec.handler);
+    let imports = schema::string_array(main.doc.doc.as_table().get("imports"));
+    let base = main.path.parent().unwrap_or(Path::new("/"));
+    let target = match &opts.dropin {
+        DropinPolicy::Never => Target::InPlace,
+        DropinPolicy::Auto => {
+            let covered = imports.iter().find_map(|i| glob_dir(base, i, &name));
+            match covered {
+                Some(dir) if main.version.0 >= 3 => Target::Dropin {
+                    file: dir.join(&name),
+                    import: None,
+                },
+                _ => Target::InPlace,
+            }
+        }
+        DropinPolicy::Dir(dir) => {
+            if main.version.0 < 3 {
+                return Err(ConfigError::DropinUnsafe {
+                    path: main.path.clone(),
+                    version: main.version.0,
+                });
+            }
+            let dir = base.join(dir);
+            let file = dir.join(&name);
+            let covered = imports.iter().any(|i| {
+                glob_dir(base, i, &name).is_some_and(|d| d == dir) || base.join(i) == file
+            });
+            let import = (!covered).then(|| file.to_string_lossy().into_owned());
+            Target::Dropin { file, import }
+        }
+    };
+    if matches!(target, Target::InPlace) && main.doc.text.starts_with("# k0s_managed=true") {
+        return Err(ConfigError::GeneratedFile {
+            path: main.path.clone(),
+            by: "k0s (first line `# k0s_managed=true`)".into(),
+            hint: "add the handler as a drop-in in /etc/k0s/containerd.d/ (--dropin-dir)".into(),
+        });
+    }
+    Ok(target)
+}
+
+/// The directory of a glob import whose pattern matches `name` (`dir/*.toml`, `dir/*`).
+pub(crate) fn glob_dir(base: &Path, import: &str, name: &str) -> Option<PathBuf> {
+    let p = base.join(import);
+    let pattern = p.file_name()?.to_str()?;
+    let dir = p.parent()?;
+    let is_glob = pattern.contains(['*', '?']);
+    let dir_plain = !dir.to_string_lossy().contains(['*', '?', '[']);
+    (is_glob && dir_plain && glob_match(pattern.as_bytes(), name.as_bytes()))
+        .then(|| dir.to_path_buf())
+}
+
+/// `*` and `?` glob match of one path component.
+pub(crate) fn glob_match(p: &[u8], s: &[u8]) -> bool {
+    match (p.first(), s.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => glob_match(&p[1..], s) || (!s.is_empty() && glob_match(p, &s[1..])),
+        (Some(b'?'), Some(_)) => glob_match(&p[1..], &s[1..]),
+        (Some(a), Some(b)) if a == b => glob_match(&p[1..], &s[1..]),
+        _ => false,
+    }
+}
+
+/// Plan removing a handler the agent added. A handler without the agent's marker is refused
+/// ([`ConfigError::NotOwned`]); a handler that is not there gives an empty plan.
+pub fn plan_remove(set: &ConfigSet, handler: &str) -> Result<Plan, ConfigError> {
+    spec::validate_handler_name(handler)?;
+    let mut files = load_all(set)?;
+    let defs = find_definitions(&files, handler);
+    let def = match defs.as_slice() {
+        [] => return Ok(Plan::default()),
+        [d] => d,
+        _ => {
+            return Err(ConfigError::AmbiguousHandler {
+                handler: handler.to_string(),
+                paths: defs.iter().map(|d| files[d.file].path.clone()).collect(),
+            });
+        }
+    };
+    let i = def.file;
+    if def.mark != Mark::Handler(handler.to_string()) {
+        return Err(ConfigError::NotOwned {
+            path: files[i].path.clone(),
+            handler: handler.to_string(),
+        });
+    }
+    let f = &mut files[i];
+    edit::remove_handler(&mut f.doc.doc, f.version, handler);
+    let deletable = i > 0
+        && f.path.file_name().and_then(|n| n.to_str()) == Some(dropin_file_name(handler).as_str())
+        && f.doc.doc.as_table().iter().all(|(_, it)| it.is_value());
+    if !deletable {
+        return Ok(Plan {
+            changes: vec![FileChange {
+                host_path: f.path.clone(),
+                before: Some(f.before.clone()),
+                after: Some(render_checked(f)?),
+            }],
+        });
+    }
+    let dropin_path = f.path.clone();
+    let dropin_before = f.before.clone();
+    let mut changes = Vec::new();
+    let main = &mut files[0];
+    if edit::remove_import(&mut main.doc.doc, &dropin_path.to_string_lossy()) {
+        changes.push(FileChange {
+            host_path: main.path.clone(),
+            before: Some(main.before.clone()),
+            after: Some(render_checked(main)?),
+        });
+    }
+    changes.push(FileChange {
+        host_path: dropin_path,
+        before: Some(dropin_before),
+        after: None,
+    });
+    Ok(Plan { changes })
+}
