@@ -342,3 +342,33 @@ async fn an_unknown_fetch_strategy_is_refused_without_side_effects() {
     assert!(e.to_string().contains("bittorrent"), "{e}");
     assert_eq!(snapshot(s.path()), before);
 }
+
+#[tokio::test]
+async fn fetch_find_and_place_install_the_shim_end_to_end() {
+    use shim_agent::artifact::{find_shim_binary, place_binary};
+    let srv = TestServer::start();
+    let art = good_shim_tgz();
+    srv.route("/shim.tgz", Route::ok(art.clone()));
+    let host = tempfile::tempdir().unwrap();
+    let root = shim_agent::hostroot::HostRoot::new(host.path()).unwrap();
+    let store_dir = root.resolve("/var/lib/shim-agent/store").unwrap();
+    let s = Store::open(&store_dir).unwrap();
+    let f = fetcher();
+    let a = f
+        .fetch_into_store(&source(srv.url("/shim.tgz"), &art), &s)
+        .await
+        .unwrap();
+    let bin = find_shim_binary(&a.dir, None, &f.platform().arch).unwrap();
+    let placed = place_binary(&root, "demo", &a.digest, &bin).unwrap();
+    assert_eq!(
+        placed.host_path.display().to_string(),
+        format!(
+            "/opt/shim-agent/shims/demo/{}/containerd-shim-demo-v2",
+            a.digest
+        )
+    );
+    let out = std::process::Command::new(&placed.local_path)
+        .status()
+        .unwrap();
+    assert!(out.success(), "the installed shim does not run");
+}

@@ -27,3 +27,16 @@ pub(crate) fn bar(wanted: bool, len: Option<u64>, location: &str) -> ProgressBar
     bar.set_message(name.to_string());
     bar
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_bar_is_drawn_unless_wanted_and_on_a_terminal() {
+        assert!(bar(false, Some(10), "http://h/x.tgz").is_hidden());
+        if !std::io::stderr().is_terminal() {
+            assert!(bar(true, Some(10), "http://h/x.tgz").is_hidden());
+        }
+    }
+}
