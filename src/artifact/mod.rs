@@ -1,1 +1,35 @@
-//! Fetching, verifying and unpacking shim artifacts.
+//! Fetching, verifying and unpacking shim artifacts, the content-addressed store, and
+//! placing the shim binary on the host.
+//!
+//! The flow, one call each:
+//! 1. [`FetchSpec::resolve`] picks the source for the node's [`Platform`]
+//!    ([`node_platform`]);
+//! 2. [`Fetcher::fetch`] (or [`Fetcher::fetch_into_store`] /
+//!    [`Fetcher::fetch_oci_into_store`]) downloads, hashes and unpacks in one streaming
+//!    pass into [`Store`] `<state>/store/sha256/<digest>/`, once per node;
+//! 3. [`find_shim_binary`] picks the shim in the tree and checks its ELF header;
+//! 4. [`place_binary`] installs it at `/opt/shim-agent/shims/<shim>/<sha256>/<binary>`.
+//!
+//! Every failure is an [`ArtifactError`] with a stable [`reason`](ArtifactError::reason),
+//! and leaves nothing new in the store or under `/opt`.
+
+mod elf;
+mod error;
+mod fetch;
+mod oci;
+mod pipeline;
+mod place;
+mod progress;
+mod source;
+mod store;
+pub mod unpack;
+
+pub use elf::{check_elf, machine_for_arch};
+pub use error::ArtifactError;
+pub use fetch::{Fetcher, Limits, RetryPolicy};
+pub use place::{PlacedBinary, SHIMS_DIR, find_shim_binary, is_shim_name, place_binary};
+pub use source::{
+    ArtifactSource, FetchSpec, OciAuth, OciSource, Platform, PlatformSource, ResolvedSource,
+    node_platform, parse_sha256,
+};
+pub use store::{Store, StoredArtifact};

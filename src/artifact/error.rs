@@ -1,0 +1,270 @@
+//! [`ArtifactError`]: everything that can go wrong between a `fetchStrategy` and an
+//! installed shim binary, each with a stable machine-readable [`reason`](ArtifactError::reason).
+//!
+//! Messages say what was wrong, where (URL, reference, archive entry) and what to do. An
+//! `io::Error` cause is kept as `#[source]` and not repeated in the message.
+
+use std::io;
+use std::path::PathBuf;
+
+/// An error while resolving, fetching, verifying, unpacking or placing a shim artifact.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    /// The fetch spec names a strategy this agent does not know.
+    #[error(
+        "unknown fetch strategy {strategy:?}: this agent supports \"anonymousHttp\" and \"oci\"; fix spec.fetchStrategy.type or upgrade the agent"
+    )]
+    UnknownStrategy { strategy: String },
+
+    /// The fetch spec is malformed (missing section, bad digest, bad reference...).
+    #[error("invalid fetch spec: {detail}")]
+    InvalidSpec { detail: String },
+
+    /// No sha256 was given and unverified artifacts are not allowed.
+    #[error(
+        "no sha256 for {location}: set the artifact's sha256 (or pin the OCI reference by digest), or allow unverified artifacts in the agent's config"
+    )]
+    MissingDigest { location: String },
+
+    /// No platform entry matches the node and there is no default location.
+    #[error(
+        "no artifact for this node's platform {os}/{arch}: the spec offers [{available}]; add a platforms entry for {os}/{arch} or a default location"
+    )]
+    NoPlatformMatch {
+        os: String,
+        arch: String,
+        available: String,
+    },
+
+    /// The location's scheme is not http, https or file.
+    #[error("unsupported location {location:?}: use an http://, https:// or file:// URL")]
+    UnsupportedScheme { location: String },
+
+    /// The server answered with a non-success status.
+    #[error("GET {url} returned HTTP {status} after {attempts} attempt(s){hint}")]
+    HttpStatus {
+        url: String,
+        status: u16,
+        attempts: u32,
+        hint: &'static str,
+    },
+
+    /// Connecting or reading timed out.
+    #[error(
+        "timed out fetching {url} after {attempts} attempt(s) ({detail}); check the node's network path to the server"
+    )]
+    Timeout {
+        url: String,
+        attempts: u32,
+        detail: String,
+    },
+
+    /// The connection could not be established.
+    #[error(
+        "cannot connect to {url} after {attempts} attempt(s) ({detail}); check the URL and that the server is reachable from the node"
+    )]
+    Connect {
+        url: String,
+        attempts: u32,
+        detail: String,
+    },
+
+    /// The transfer broke off (connection reset, body error).
+    #[error("download of {url} failed after {attempts} attempt(s): {detail}")]
+    Transfer {
+        url: String,
+        attempts: u32,
+        detail: String,
+    },
+
+    /// A `file://` location could not be read.
+    #[error("cannot read local artifact {}", path.display())]
+    LocalFile {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// The OCI registry refused or failed a request.
+    #[error("OCI pull of {reference} failed after {attempts} attempt(s): {detail}")]
+    Oci {
+        reference: String,
+        attempts: u32,
+        detail: String,
+        transient: bool,
+    },
+
+    /// The downloaded bytes do not have the expected sha256.
+    #[error(
+        "sha256 mismatch for {location}: expected {expected}, got {actual}; the artifact changed or the sha256 in the spec is wrong — nothing was installed"
+    )]
+    DigestMismatch {
+        location: String,
+        expected: String,
+        actual: String,
+    },
+
+    /// The download exceeded the size cap.
+    #[error(
+        "{location} is larger than the download limit of {limit} bytes; raise the limit in the agent's config if this is expected"
+    )]
+    DownloadTooLarge { location: String, limit: u64 },
+
+    /// The download is neither a tar, a gzip'd tar nor an ELF binary.
+    #[error(
+        "{location} is not a tar, tar.gz or ELF file ({found}); check that the location points at the artifact itself"
+    )]
+    NotAnArchive { location: String, found: String },
+
+    /// The archive ended early.
+    #[error(
+        "archive {location} is truncated ({detail}); the download was cut short or the file is incomplete"
+    )]
+    TruncatedArchive { location: String, detail: String },
+
+    /// The archive is malformed (bad gzip data, bad tar header).
+    #[error("archive {location} is corrupt: {detail}")]
+    CorruptArchive { location: String, detail: String },
+
+    /// An entry broke one of the extraction rules.
+    #[error(
+        "unsafe entry {entry:?} in {location}: {rule}; the artifact was rejected and nothing was installed"
+    )]
+    UnsafeArchiveEntry {
+        location: String,
+        entry: String,
+        rule: String,
+    },
+
+    /// Unpacking would exceed a size or entry-count cap (archive bomb).
+    #[error(
+        "archive {location} is too large at entry {entry:?}: {detail}; the artifact was rejected"
+    )]
+    ArchiveTooLarge {
+        location: String,
+        entry: String,
+        detail: String,
+    },
+
+    /// No `containerd-shim-*-v*` file (or no file named by `runtime.binary`).
+    #[error(
+        "no shim binary {wanted} in the artifact; it holds: [{found}]; set runtime.binary to one of these"
+    )]
+    NoShimBinary { wanted: String, found: String },
+
+    /// More than one candidate for the shim binary.
+    #[error(
+        "several shim binaries in the artifact: [{candidates}]; set runtime.binary to pick one"
+    )]
+    AmbiguousShimBinary { candidates: String },
+
+    /// The shim binary is not an executable ELF file.
+    #[error("{} is not an executable ELF file: {detail}", path.display())]
+    NotExecutable { path: PathBuf, detail: String },
+
+    /// The shim binary is built for another architecture.
+    #[error(
+        "{} is built for {found}, but this node is {expected}; use the artifact for {expected} (spec.fetchStrategy.platforms)",
+        path.display()
+    )]
+    WrongArchitecture {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+
+    /// A filesystem operation failed.
+    #[error("failed to {op} {}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ArtifactError {
+    /// Stable machine-readable reason: a Shim condition's `reason` and a metric label.
+    pub fn reason(&self) -> &'static str {
+        use ArtifactError::*;
+        match self {
+            UnknownStrategy { .. } => "UnknownFetchStrategy",
+            InvalidSpec { .. } => "InvalidFetchSpec",
+            MissingDigest { .. } => "MissingDigest",
+            NoPlatformMatch { .. } => "NoPlatformMatch",
+            UnsupportedScheme { .. } => "UnsupportedScheme",
+            HttpStatus { .. } => "HttpStatus",
+            Timeout { .. } => "Timeout",
+            Connect { .. } => "ConnectFailed",
+            Transfer { .. } => "TransferFailed",
+            LocalFile { .. } => "LocalFileUnreadable",
+            Oci { .. } => "OciPullFailed",
+            DigestMismatch { .. } => "DigestMismatch",
+            DownloadTooLarge { .. } => "DownloadTooLarge",
+            NotAnArchive { .. } => "NotAnArchive",
+            TruncatedArchive { .. } => "TruncatedArchive",
+            CorruptArchive { .. } => "CorruptArchive",
+            UnsafeArchiveEntry { .. } => "UnsafeArchiveEntry",
+            ArchiveTooLarge { .. } => "ArchiveTooLarge",
+            NoShimBinary { .. } => "NoShimBinary",
+            AmbiguousShimBinary { .. } => "AmbiguousShimBinary",
+            NotExecutable { .. } => "NotExecutable",
+            WrongArchitecture { .. } => "WrongArchitecture",
+            Io { .. } => "IoError",
+        }
+    }
+
+    /// True for failures worth retrying: timeouts, connection failures, broken transfers,
+    /// HTTP 408/429/5xx and registry server errors. Never for 4xx, digest mismatches or
+    /// bad archives: those give the same answer every time.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ArtifactError::Timeout { .. }
+            | ArtifactError::Connect { .. }
+            | ArtifactError::Transfer { .. } => true,
+            ArtifactError::HttpStatus { status, .. } => is_transient_status(*status),
+            ArtifactError::Oci { transient, .. } => *transient,
+            _ => false,
+        }
+    }
+
+    /// Record how many attempts were made (for the retry loop's final error).
+    pub(crate) fn with_attempts(mut self, n: u32) -> Self {
+        use ArtifactError::*;
+        match &mut self {
+            HttpStatus { attempts, .. }
+            | Timeout { attempts, .. }
+            | Connect { attempts, .. }
+            | Transfer { attempts, .. }
+            | Oci { attempts, .. } => *attempts = n,
+            _ => {}
+        }
+        self
+    }
+
+    /// An I/O error on `path` while doing `op` (e.g. "create directory").
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        ArtifactError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// HTTP statuses that may succeed on a retry.
+pub(crate) fn is_transient_status(status: u16) -> bool {
+    status == 408 || status == 429 || (500..=599).contains(&status)
+}
+
+/// A short hint for an HTTP status, appended to the message.
+pub(crate) fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 | 403 => {
+            "; the server refused anonymous access: use a public URL or the oci strategy with a token"
+        }
+        404 | 410 => "; check the location in spec.fetchStrategy",
+        s if is_transient_status(s) => "; the server is failing, it will be tried again later",
+        _ => "",
+    }
+}

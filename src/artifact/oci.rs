@@ -1,0 +1,220 @@
+//! The `oci` strategy: the shim archive is the layer of an OCI artifact or image, pulled
+//! with `oci-client` (anonymous, following the registry's anonymous token flow, or with a
+//! bearer token).
+//!
+//! The reference must be pinned by digest: oci-client checks the manifest against it, the
+//! manifest names the layer's digest, and the layer is verified while streaming like any
+//! other download. The store remembers which layer a pinned reference resolved to
+//! (`refs/<manifest-digest>-<os>-<arch>`), so a second fetch needs no network.
+
+use futures_util::StreamExt;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::manifest::{ImageIndexEntry, OciDescriptor, OciImageManifest};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+use super::fetch::error_chain;
+use super::pipeline::{Download, PipelineCtx, verify_and_unpack};
+use super::source::{OciAuth, OciSource, parse_sha256};
+use super::{ArtifactError, Fetcher, Store, StoredArtifact};
+
+/// The annotation that carries a layer's file name (ORAS sets it).
+const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
+
+impl Fetcher {
+    /// Pull the shim layer of an OCI artifact into the store.
+    pub async fn fetch_oci_into_store(
+        &self,
+        src: &OciSource,
+        store: &Store,
+    ) -> Result<StoredArtifact, ArtifactError> {
+        let reference: Reference = src.reference.parse().map_err(|e: oci_client::ParseError| {
+            ArtifactError::InvalidSpec {
+                detail: format!("bad OCI reference {:?}: {e}", src.reference),
+            }
+        })?;
+        let shown = reference.whole();
+        let pinned = reference.digest().map(parse_sha256).transpose()?;
+        if pinned.is_none() && !self.allow_unverified {
+            return Err(ArtifactError::MissingDigest { location: shown });
+        }
+        let ref_key = pinned
+            .as_ref()
+            .map(|d| format!("{d}-{}-{}", self.platform.os, self.platform.arch));
+        if let Some(found) = ref_key.as_deref().and_then(|k| self.lookup_ref(store, k)) {
+            return Ok(found);
+        }
+
+        let client = self.oci_client(src);
+        let auth = match &src.auth {
+            OciAuth::Anonymous => RegistryAuth::Anonymous,
+            OciAuth::Bearer(t) => RegistryAuth::Bearer(t.clone()),
+        };
+        let (manifest, _) = self
+            .with_retries(&shown, |_| {
+                let (client, reference, auth, shown) = (&client, &reference, &auth, &shown);
+                async move {
+                    client
+                        .auth(reference, auth, oci_client::RegistryOperation::Pull)
+                        .await
+                        .map_err(|e| map_oci(shown, e))?;
+                    client
+                        .pull_image_manifest(reference, auth)
+                        .await
+                        .map_err(|e| map_oci(shown, e))
+                }
+            })
+            .await?;
+        let layer = pick_layer(&manifest, src.layer.as_deref(), &shown)?;
+        let layer_digest = parse_sha256(&layer.digest)?;
+        if let Some(found) = store.get(&layer_digest) {
+            self.remember_ref(store, ref_key.as_deref(), &layer_digest);
+            return Ok(found);
+        }
+        let bare_name = layer
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TITLE_ANNOTATION))
+            .filter(|t| !t.contains('/') && !t.is_empty() && t.as_str() != "..")
+            .cloned()
+            .unwrap_or_else(|| "artifact".to_string());
+        let staging = store.staging()?;
+        let ctx = PipelineCtx {
+            location: &shown,
+            bare_name: &bare_name,
+            expected: Some(&layer_digest),
+            limits: &self.limits,
+            progress: self.progress,
+        };
+        let digest = self
+            .with_retries(&shown, |attempt| {
+                let (client, reference, layer, staging, ctx) =
+                    (&client, &reference, &layer, &staging, &ctx);
+                async move {
+                    if attempt > 1 {
+                        staging.reset()?;
+                    }
+                    let sized = client
+                        .pull_blob_stream(reference, layer)
+                        .await
+                        .map_err(|e| map_oci(ctx.location, e))?;
+                    let shown = ctx.location.to_string();
+                    let stream = sized.stream.map(move |r| {
+                        r.map_err(|e| ArtifactError::Transfer {
+                            url: shown.clone(),
+                            attempts: 1,
+                            detail: error_chain(&e),
+                        })
+                    });
+                    let download = Download {
+                        stream: Box::pin(stream),
+                        len: sized.content_length,
+                    };
+                    verify_and_unpack(download, staging.path(), ctx).await
+                }
+            })
+            .await?;
+        let stored = store.commit(staging, &digest)?;
+        self.remember_ref(store, ref_key.as_deref(), &digest);
+        tracing::info!(reference = %shown, %digest, "OCI artifact verified and stored");
+        Ok(stored)
+    }
+
+    fn oci_client(&self, src: &OciSource) -> Client {
+        let platform = self.platform.clone();
+        let config = ClientConfig {
+            protocol: if src.insecure_http {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            connect_timeout: Some(self.limits.connect_timeout),
+            read_timeout: Some(self.limits.read_timeout),
+            platform_resolver: Some(Box::new(move |entries: &[ImageIndexEntry]| {
+                entries
+                    .iter()
+                    .find(|e| {
+                        e.platform.as_ref().is_some_and(|p| {
+                            p.os.to_string() == platform.os
+                                && p.architecture.to_string() == platform.arch
+                        })
+                    })
+                    .map(|e| e.digest.clone())
+            })),
+            ..ClientConfig::default()
+        };
+        Client::new(config)
+    }
+
+    fn lookup_ref(&self, store: &Store, key: &str) -> Option<StoredArtifact> {
+        let text = std::fs::read_to_string(store.refs_dir().join(key)).ok()?;
+        store.get(text.trim())
+    }
+
+    /// Best effort: a lost index entry only costs a manifest request next time.
+    fn remember_ref(&self, store: &Store, key: Option<&str>, layer_digest: &str) {
+        if let Some(key) = key {
+            let path = store.refs_dir().join(key);
+            if let Err(e) = crate::fsutil::write_atomic(&path, layer_digest.as_bytes(), None) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot record OCI reference");
+            }
+        }
+    }
+}
+
+/// The shim layer: the only one, or the one named by `wanted`.
+fn pick_layer(
+    manifest: &OciImageManifest,
+    wanted: Option<&str>,
+    shown: &str,
+) -> Result<OciDescriptor, ArtifactError> {
+    let listed = || {
+        manifest
+            .layers
+            .iter()
+            .map(|l| format!("{} ({})", l.digest, l.media_type))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(w) = wanted {
+        let w = parse_sha256(w)?;
+        return manifest
+            .layers
+            .iter()
+            .find(|l| parse_sha256(&l.digest).is_ok_and(|d| d == w))
+            .cloned()
+            .ok_or_else(|| ArtifactError::InvalidSpec {
+                detail: format!(
+                    "{shown} has no layer sha256:{w}; its layers: [{}]",
+                    listed()
+                ),
+            });
+    }
+    match manifest.layers.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(ArtifactError::InvalidSpec {
+            detail: format!(
+                "{shown} has {} layers, not one: [{}]; name the shim's layer in the spec",
+                manifest.layers.len(),
+                listed()
+            ),
+        }),
+    }
+}
+
+/// Classify an oci-client error: server errors and network trouble are transient.
+fn map_oci(shown: &str, e: oci_client::errors::OciDistributionError) -> ArtifactError {
+    use oci_client::errors::OciDistributionError as E;
+    let transient = match &e {
+        E::ServerError { code, .. } => super::error::is_transient_status(*code),
+        E::RequestError(r) => r.is_timeout() || r.is_connect() || r.is_body(),
+        E::IoError(_) => true,
+        _ => false,
+    };
+    ArtifactError::Oci {
+        reference: shown.to_string(),
+        attempts: 1,
+        detail: error_chain(&e),
+        transient,
+    }
+}

@@ -1,0 +1,240 @@
+//! What to fetch: the plain input types the caller maps a Shim's `fetchStrategy` onto
+//! ([`FetchSpec`]), the node's platform, and the choice of one concrete source for this node
+//! ([`FetchSpec::resolve`]).
+
+use super::ArtifactError;
+
+/// The node's OS and architecture, named as Kubernetes and Go name them (`linux`, `amd64`,
+/// `arm64`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Platform {
+    pub os: String,
+    pub arch: String,
+}
+
+impl Platform {
+    /// A platform from Go-style names.
+    pub fn new(os: &str, arch: &str) -> Self {
+        Platform {
+            os: os.to_string(),
+            arch: arch.to_string(),
+        }
+    }
+}
+
+/// The platform this process runs on, with Go's names (`x86_64` → `amd64`, `aarch64` → `arm64`).
+pub fn node_platform() -> Platform {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "powerpc64" => "ppc64",
+        "loongarch64" => "loong64",
+        "mips64" if cfg!(target_endian = "little") => "mips64le",
+        other => other, // arm, riscv64, s390x: same name in Go
+    };
+    Platform::new(std::env::consts::OS, arch)
+}
+
+/// One downloadable artifact: an `http://`, `https://` or `file://` URL and its sha256.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ArtifactSource {
+    /// URL of a `.tar.gz`, a `.tar` or a bare ELF shim binary.
+    pub location: String,
+    /// Expected sha256 of the downloaded bytes (64 hex digits, `sha256:` prefix allowed).
+    pub sha256: Option<String>,
+}
+
+/// One entry of `fetchStrategy.platforms`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PlatformSource {
+    pub os: String,
+    pub arch: String,
+    pub source: ArtifactSource,
+}
+
+/// Credentials for an OCI registry.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum OciAuth {
+    /// Anonymous pull (the registry's anonymous token flow is followed if it asks for one).
+    #[default]
+    Anonymous,
+    /// A bearer token sent as is.
+    Bearer(String),
+}
+
+impl std::fmt::Debug for OciAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OciAuth::Anonymous => f.write_str("Anonymous"),
+            OciAuth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+        }
+    }
+}
+
+/// An OCI artifact or image whose single layer (or the layer named by `layer`) is the
+/// shim archive.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OciSource {
+    /// `registry/repo@sha256:...` (a tag is accepted only with unverified artifacts allowed).
+    pub reference: String,
+    pub auth: OciAuth,
+    /// Pick this layer digest when the manifest has several layers.
+    pub layer: Option<String>,
+    /// Talk plain HTTP to the registry (a mirror on localhost, tests).
+    pub insecure_http: bool,
+}
+
+/// The caller's view of a Shim's `fetchStrategy`, as plain data.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FetchSpec {
+    /// `anonymousHttp` or `oci`; anything else is [`ArtifactError::UnknownStrategy`].
+    pub strategy: String,
+    /// The default artifact (`anonHttp`).
+    pub anon_http: Option<ArtifactSource>,
+    /// Per-platform overrides.
+    pub platforms: Vec<PlatformSource>,
+    /// The `oci` section.
+    pub oci: Option<OciSource>,
+}
+
+/// The one source chosen for this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolvedSource {
+    Http(ArtifactSource),
+    Oci(OciSource),
+}
+
+impl FetchSpec {
+    /// Choose the source for `platform`: a matching `platforms` entry wins over `anon_http`.
+    /// Digests are checked for form here; whether a missing digest is acceptable is the
+    /// fetcher's decision.
+    pub fn resolve(&self, platform: &Platform) -> Result<ResolvedSource, ArtifactError> {
+        match self.strategy.as_str() {
+            "anonymousHttp" => {
+                let chosen = self
+                    .platforms
+                    .iter()
+                    .find(|p| p.os == platform.os && p.arch == platform.arch)
+                    .map(|p| &p.source)
+                    .or(self.anon_http.as_ref());
+                let Some(src) = chosen else {
+                    let available: Vec<String> = self
+                        .platforms
+                        .iter()
+                        .map(|p| format!("{}/{}", p.os, p.arch))
+                        .collect();
+                    return Err(ArtifactError::NoPlatformMatch {
+                        os: platform.os.clone(),
+                        arch: platform.arch.clone(),
+                        available: available.join(", "),
+                    });
+                };
+                if let Some(d) = &src.sha256 {
+                    parse_sha256(d)?;
+                }
+                Ok(ResolvedSource::Http(src.clone()))
+            }
+            "oci" => match &self.oci {
+                Some(o) => Ok(ResolvedSource::Oci(o.clone())),
+                None => Err(ArtifactError::InvalidSpec {
+                    detail: "fetchStrategy.type is \"oci\" but the oci section is missing".into(),
+                }),
+            },
+            other => Err(ArtifactError::UnknownStrategy {
+                strategy: other.to_string(),
+            }),
+        }
+    }
+}
+
+/// Normalise a sha256 (`ABC...`, `sha256:abc...`) to 64 lowercase hex digits.
+pub fn parse_sha256(s: &str) -> Result<String, ArtifactError> {
+    let hex = s.trim().strip_prefix("sha256:").unwrap_or(s.trim());
+    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(hex.to_ascii_lowercase())
+    } else {
+        Err(ArtifactError::InvalidSpec {
+            detail: format!("{s:?} is not a sha256 digest (64 hex digits)"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(loc: &str) -> ArtifactSource {
+        ArtifactSource {
+            location: loc.into(),
+            sha256: Some("a".repeat(64)),
+        }
+    }
+
+    #[test]
+    fn a_matching_platform_entry_wins_over_the_default() {
+        let spec = FetchSpec {
+            strategy: "anonymousHttp".into(),
+            anon_http: Some(src("http://x/default")),
+            platforms: vec![PlatformSource {
+                os: "linux".into(),
+                arch: "arm64".into(),
+                source: src("http://x/arm64"),
+            }],
+            oci: None,
+        };
+        let arm = spec.resolve(&Platform::new("linux", "arm64")).unwrap();
+        assert_eq!(arm, ResolvedSource::Http(src("http://x/arm64")));
+        let amd = spec.resolve(&Platform::new("linux", "amd64")).unwrap();
+        assert_eq!(amd, ResolvedSource::Http(src("http://x/default")));
+    }
+
+    #[test]
+    fn no_match_and_no_default_lists_what_is_offered() {
+        let spec = FetchSpec {
+            strategy: "anonymousHttp".into(),
+            platforms: vec![PlatformSource {
+                os: "linux".into(),
+                arch: "arm64".into(),
+                source: src("http://x/arm64"),
+            }],
+            ..Default::default()
+        };
+        let e = spec.resolve(&Platform::new("linux", "amd64")).unwrap_err();
+        assert_eq!(e.reason(), "NoPlatformMatch");
+        assert!(e.to_string().contains("linux/arm64"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_strategy_is_refused_by_name() {
+        let spec = FetchSpec {
+            strategy: "ftp".into(),
+            ..Default::default()
+        };
+        let e = spec.resolve(&node_platform()).unwrap_err();
+        assert_eq!(e.reason(), "UnknownFetchStrategy");
+        assert!(e.to_string().contains("\"ftp\""), "{e}");
+    }
+
+    #[test]
+    fn sha256_forms_are_normalised_and_bad_ones_refused() {
+        let h = "AB".repeat(32);
+        assert_eq!(
+            parse_sha256(&format!("sha256:{h}")).unwrap(),
+            "ab".repeat(32)
+        );
+        assert_eq!(
+            parse_sha256("abc").unwrap_err().reason(),
+            "InvalidFetchSpec"
+        );
+        assert!(parse_sha256(&"g".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn node_platform_uses_go_arch_names() {
+        let p = node_platform();
+        assert_eq!(p.os, "linux");
+        assert!(!["x86_64", "aarch64"].contains(&p.arch.as_str()), "{p:?}");
+    }
+}

@@ -1,0 +1,382 @@
+//! Test helpers for the artifact module: a tiny loopback HTTP server (one thread per
+//! connection, scripted responses, hit counts), archive builders including hostile
+//! entries, ELF helpers and a directory snapshot to prove "nothing changed".
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// How a route answers.
+#[derive(Clone, Debug)]
+pub enum Behavior {
+    /// Send the whole response.
+    Normal,
+    /// Accept, read the request, then say nothing for this long.
+    Hang(Duration),
+    /// Send headers (with the full Content-Length) and this many body bytes, then close.
+    CutAfter(usize),
+}
+
+/// One scripted response.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Arc<Vec<u8>>,
+    pub behavior: Behavior,
+    /// When set, requests without exactly this `Authorization` header get a 401.
+    pub require_auth: Option<String>,
+    /// Extra headers on that 401 (a `WWW-Authenticate` challenge).
+    pub challenge: Vec<(String, String)>,
+}
+
+impl Route {
+    pub fn ok(body: impl Into<Vec<u8>>) -> Route {
+        Route::status(200, body)
+    }
+
+    pub fn status(status: u16, body: impl Into<Vec<u8>>) -> Route {
+        Route {
+            status,
+            headers: Vec::new(),
+            body: Arc::new(body.into()),
+            behavior: Behavior::Normal,
+            require_auth: None,
+            challenge: Vec::new(),
+        }
+    }
+
+    pub fn header(mut self, k: &str, v: &str) -> Route {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn behave(mut self, b: Behavior) -> Route {
+        self.behavior = b;
+        self
+    }
+
+    pub fn auth(mut self, value: &str, challenge: Option<&str>) -> Route {
+        self.require_auth = Some(value.into());
+        if let Some(c) = challenge {
+            self.challenge.push(("WWW-Authenticate".into(), c.into()));
+        }
+        self
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// path (without query) → responses; the last one repeats.
+    routes: HashMap<String, Vec<Route>>,
+    hits: HashMap<String, usize>,
+    auth_seen: Vec<(String, Option<String>)>,
+}
+
+/// A loopback HTTP/1.1 server on its own threads; it lives as long as the test process.
+#[derive(Clone)]
+pub struct TestServer {
+    pub addr: std::net::SocketAddr,
+    state: Arc<Mutex<State>>,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let state = Arc::new(Mutex::new(State::default()));
+        let st = state.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let st = st.clone();
+                std::thread::spawn(move || {
+                    let _ = serve(conn, &st);
+                });
+            }
+        });
+        TestServer { addr, state }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// `host:port`, for OCI references.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn route(&self, path: &str, r: Route) {
+        self.routes(path, vec![r]);
+    }
+
+    /// Answer with these in order, the last one for every later request.
+    pub fn routes(&self, path: &str, rs: Vec<Route>) {
+        self.state.lock().unwrap().routes.insert(path.into(), rs);
+    }
+
+    pub fn hits(&self, path: &str) -> usize {
+        *self.state.lock().unwrap().hits.get(path).unwrap_or(&0)
+    }
+
+    pub fn total_hits(&self) -> usize {
+        self.state.lock().unwrap().hits.values().sum()
+    }
+
+    /// (path, Authorization header) of every request so far.
+    pub fn auth_seen(&self) -> Vec<(String, Option<String>)> {
+        self.state.lock().unwrap().auth_seen.clone()
+    }
+}
+
+fn serve(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let target = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let path = target.split('?').next().unwrap_or("/").to_string();
+    let mut auth = None;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h == "\r\n" {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':')
+            && k.eq_ignore_ascii_case("authorization")
+        {
+            auth = Some(v.trim().to_string());
+        }
+    }
+    let route = {
+        let mut st = state.lock().unwrap();
+        let n = {
+            let c = st.hits.entry(path.clone()).or_insert(0);
+            *c += 1;
+            *c
+        };
+        st.auth_seen.push((path.clone(), auth.clone()));
+        st.routes
+            .get(&path)
+            .map(|rs| rs[(n - 1).min(rs.len() - 1)].clone())
+    };
+    let mut conn = conn;
+    let Some(route) = route else {
+        return respond(&mut conn, 404, &[], b"not found\n", None);
+    };
+    if let Some(want) = &route.require_auth
+        && auth.as_deref() != Some(want.as_str())
+    {
+        return respond(&mut conn, 401, &route.challenge, b"unauthorized\n", None);
+    }
+    match route.behavior {
+        Behavior::Normal => respond(&mut conn, route.status, &route.headers, &route.body, None),
+        Behavior::Hang(d) => {
+            std::thread::sleep(d);
+            Ok(())
+        }
+        Behavior::CutAfter(n) => respond(
+            &mut conn,
+            route.status,
+            &route.headers,
+            &route.body,
+            Some(n),
+        ),
+    }
+}
+
+fn respond(
+    conn: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+    cut: Option<usize>,
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes())?;
+    let n = cut.unwrap_or(body.len()).min(body.len());
+    conn.write_all(&body[..n])?;
+    conn.flush()?;
+    if cut.is_some() {
+        // Reset rather than a clean close, like a dropped connection.
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+    }
+    Ok(())
+}
+
+// ---- archives ----
+
+pub fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// The bytes of a small real ELF executable for this machine.
+pub fn real_elf() -> Vec<u8> {
+    std::fs::read("/bin/true").expect("/bin/true")
+}
+
+/// An ELF header for an architecture other than this node's.
+pub fn foreign_elf() -> Vec<u8> {
+    let machine: u16 = if std::env::consts::ARCH == "aarch64" {
+        62
+    } else {
+        183
+    };
+    let mut h = vec![0x7f, b'E', b'L', b'F', 2, 1, 1];
+    h.resize(16, 0);
+    h.extend(2u16.to_le_bytes()); // ET_EXEC
+    h.extend(machine.to_le_bytes());
+    h.resize(4096, 0);
+    h
+}
+
+/// A tar entry for [`tar_bytes`]; hostile names are written raw into the header.
+pub enum Entry {
+    File(&'static str, Vec<u8>, u32),
+    Dir(&'static str),
+    Symlink(&'static str, &'static str),
+    Hardlink(&'static str, &'static str),
+    CharDevice(&'static str),
+    Fifo(&'static str),
+}
+
+fn raw_header(name: &str, kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    let bytes = name.as_bytes();
+    h.as_old_mut().name[..bytes.len()].copy_from_slice(bytes);
+    h.set_entry_type(kind);
+    h.set_size(size);
+    h.set_mode(mode);
+    h.set_mtime(0);
+    h
+}
+
+fn set_link(h: &mut tar::Header, target: &str) {
+    let b = target.as_bytes();
+    h.as_old_mut().linkname[..b.len()].copy_from_slice(b);
+}
+
+/// A tar archive of these entries.
+pub fn tar_bytes(entries: &[Entry]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for e in entries {
+        let (mut h, data): (tar::Header, &[u8]) = match e {
+            Entry::File(n, d, m) => (
+                raw_header(n, tar::EntryType::Regular, d.len() as u64, *m),
+                d,
+            ),
+            Entry::Dir(n) => (raw_header(n, tar::EntryType::Directory, 0, 0o755), &[]),
+            Entry::Symlink(n, t) => {
+                let mut h = raw_header(n, tar::EntryType::Symlink, 0, 0o777);
+                set_link(&mut h, t);
+                (h, &[])
+            }
+            Entry::Hardlink(n, t) => {
+                let mut h = raw_header(n, tar::EntryType::Link, 0, 0o644);
+                set_link(&mut h, t);
+                (h, &[])
+            }
+            Entry::CharDevice(n) => {
+                let mut h = raw_header(n, tar::EntryType::Char, 0, 0o600);
+                h.set_device_major(1).unwrap();
+                h.set_device_minor(3).unwrap();
+                (h, &[])
+            }
+            Entry::Fifo(n) => (raw_header(n, tar::EntryType::Fifo, 0, 0o600), &[]),
+        };
+        h.set_cksum();
+        b.append(&h, data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// A `.tar.gz` of these entries.
+pub fn tar_gz(entries: &[Entry]) -> Vec<u8> {
+    gzip(&tar_bytes(entries))
+}
+
+/// The usual good artifact: one real shim binary and a README.
+pub fn good_shim_tgz() -> Vec<u8> {
+    tar_gz(&[
+        Entry::Dir("bin/"),
+        Entry::File("bin/containerd-shim-demo-v2", real_elf(), 0o755),
+        Entry::File("README.md", b"demo shim\n".to_vec(), 0o644),
+    ])
+}
+
+/// A gzip'd tar whose one entry claims `claimed` bytes; only `written` zero bytes follow
+/// (a bomb's header, without materialising the bomb).
+pub fn bomb_tgz(claimed: u64, written: usize) -> Vec<u8> {
+    let mut h = raw_header(
+        "containerd-shim-bomb-v2",
+        tar::EntryType::Regular,
+        claimed,
+        0o755,
+    );
+    h.set_cksum();
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(h.as_bytes()).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = written;
+    while left > 0 {
+        let n = left.min(zeros.len());
+        e.write_all(&zeros[..n]).unwrap();
+        left -= n;
+    }
+    e.finish().unwrap()
+}
+
+// ---- file system ----
+
+/// Every path under `dir` (relative, sorted), to compare before and after.
+pub fn snapshot(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                todo.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Write `bytes` to `dir/name` and return a `file://` URL for it.
+pub fn file_url(dir: &Path, name: &str, bytes: &[u8]) -> (String, PathBuf) {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    (format!("file://{}", p.display()), p)
+}
+
+/// Read everything from a reader (test helper).
+pub fn read_all(mut r: impl Read) -> Vec<u8> {
+    let mut v = Vec::new();
+    r.read_to_end(&mut v).unwrap();
+    v
+}
