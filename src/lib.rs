@@ -13,6 +13,7 @@ pub mod cmd_containerd;
 pub mod containerd;
 pub mod fsutil;
 pub mod hostroot;
+pub mod install;
 pub mod profile;
 pub mod settings;
 pub mod state;
