@@ -1,0 +1,132 @@
+//! The command line as a node owner and an image builder use it: exit codes, messages on
+//! stderr, and the offline install round trip through the real binary.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::{Entry, real_elf, sha256_hex, tar_gz};
+
+fn shim_agent(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shim-agent"))
+        .args(args)
+        .env_remove("SHIM_AGENT_CONFIG")
+        .env_remove("SHIM_AGENT_CONFIG")
+        .output()
+        .expect("run shim-agent")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn crd_prints_the_committed_crd() {
+    let out = shim_agent(&["crd"]);
+    assert!(out.status.success());
+    let committed = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crd.yaml")).unwrap();
+    assert_eq!(text(&out.stdout), committed);
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let out = shim_agent(&["--help"]);
+    let help = text(&out.stdout);
+    for cmd in ["crd", "manifests", "install", "uninstall", "status", "containerd"] {
+        assert!(help.contains(cmd), "--help lacks {cmd}: {help}");
+    }
+    let out = shim_agent(&["containerd", "add-runtime", "--help"]);
+    assert!(text(&out.stdout).contains("--handler"));
+}
+
+#[test]
+fn a_bad_agent_config_is_an_error_naming_the_file_and_key() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("config.toml");
+    std::fs::write(&cfg, "[fetch]\nbogus = 1\n").unwrap();
+    let out = shim_agent(&["--config", cfg.to_str().unwrap(), "crd"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("config.toml") && err.contains("bogus"), "{err}");
+}
+
+#[test]
+fn install_refuses_a_root_that_is_not_a_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let shim = d.path().join("shim.yaml");
+    std::fs::write(&shim, "kind: Shim\n").unwrap();
+    let out = shim_agent(&["install", "--root", file.to_str().unwrap(), "-f", shim.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("is not a directory") && err.contains("not-a-dir"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"x");
+}
+
+#[test]
+fn install_refuses_a_file_that_is_not_a_shim() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let f = d.path().join("pod.yaml");
+    std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n").unwrap();
+    let out = shim_agent(&["install", "--root", root.to_str().unwrap(), "-f", f.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("is not a Shim"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "root must stay empty");
+}
+
+#[test]
+fn live_node_install_is_refused_until_the_transaction_engine_lands() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("shim.yaml");
+    std::fs::write(&f, "x: y\n").unwrap();
+    let out = shim_agent(&["install", "-f", f.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--root"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn offline_install_status_and_uninstall_round_trip() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    let original = b"version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n";
+    std::fs::write(root.join("etc/containerd/config.toml"), original).unwrap();
+    let art = tar_gz(&[Entry::File("containerd-shim-demo-v2", real_elf(), 0o755)]);
+    let art_path = d.path().join("demo.tar.gz");
+    std::fs::write(&art_path, &art).unwrap();
+    let yaml = format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata:\n  name: demo\nspec:\n  fetchStrategy:\n    type: anonymousHttp\n    anonHttp:\n      location: file://{}\n      sha256: {}\n  runtimeClass:\n    name: demo\n",
+        art_path.display(),
+        sha256_hex(&art)
+    );
+    let f = d.path().join("shim.yaml");
+    std::fs::write(&f, yaml).unwrap();
+    let r = root.to_str().unwrap();
+
+    let out = shim_agent(&["install", "--root", r, "-f", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("installed demo: handler demo"), "{}", text(&out.stdout));
+
+    let out = shim_agent(&["status", "--root", r]);
+    let table = text(&out.stdout);
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(table.contains("demo") && table.contains("pending-verification"), "{table}");
+
+    let out = shim_agent(&["status", "--root", r, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["shims"]["demo"]["state"], "pending-verification");
+    assert_eq!(v["shims"]["demo"]["artifact_sha256"], sha256_hex(&art));
+
+    let out = shim_agent(&["uninstall", "--root", r, "demo"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("restored to its bytes"), "{}", text(&out.stdout));
+    assert_eq!(std::fs::read(root.join("etc/containerd/config.toml")).unwrap(), original);
+
+    let out = shim_agent(&["uninstall", "--root", r, "demo"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("no Shim named \"demo\""), "{}", text(&out.stderr));
+}
