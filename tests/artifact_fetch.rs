@@ -372,3 +372,24 @@ async fn fetch_find_and_place_install_the_shim_end_to_end() {
         .unwrap();
     assert!(out.success(), "the installed shim does not run");
 }
+
+#[tokio::test]
+async fn an_attempt_that_takes_too_long_as_a_whole_times_out() {
+    let srv = TestServer::start();
+    srv.route(
+        "/drip.tgz",
+        Route::ok("x").behave(Behavior::Hang(Duration::from_secs(5))),
+    );
+    let f = Fetcher::new(
+        Limits {
+            read_timeout: Duration::from_secs(30),
+            attempt_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        },
+        quick_retry(2),
+    )
+    .unwrap();
+    let e = fails(&f, &source(srv.url("/drip.tgz"), b"x"), "Timeout").await;
+    assert!(e.to_string().contains("the attempt took longer"), "{e}");
+    assert_eq!(srv.hits("/drip.tgz"), 2);
+}
