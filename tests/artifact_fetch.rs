@@ -393,3 +393,30 @@ async fn an_attempt_that_takes_too_long_as_a_whole_times_out() {
     assert!(e.to_string().contains("the attempt took longer"), "{e}");
     assert_eq!(srv.hits("/drip.tgz"), 2);
 }
+
+#[tokio::test]
+async fn the_download_cap_holds_when_the_server_sends_no_length() {
+    let srv = TestServer::start();
+    let art = good_shim_tgz();
+    srv.route(
+        "/shim.tgz",
+        Route::ok(art.clone()).behave(Behavior::NoLength),
+    );
+    let (_d, s, _) = store();
+    // Without a cap problem the length-less body installs fine...
+    fetcher()
+        .fetch_into_store(&source(srv.url("/shim.tgz"), &art), &s)
+        .await
+        .unwrap();
+    // ...and with a cap below its size it is cut off while streaming.
+    let f = Fetcher::new(
+        Limits {
+            max_download_bytes: 4096,
+            ..Limits::default()
+        },
+        quick_retry(3),
+    )
+    .unwrap();
+    let e = fails(&f, &source(srv.url("/shim.tgz"), &art), "DownloadTooLarge").await;
+    assert!(e.to_string().contains("4096"), "{e}");
+}

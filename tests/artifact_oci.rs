@@ -248,3 +248,22 @@ async fn a_multi_arch_index_resolves_to_the_node_platform() {
     let wrong = format!("/v2/{REPO}/manifests/sha256:{}", "0".repeat(64));
     assert_eq!(reg.srv.hits(&wrong), 0);
 }
+
+#[tokio::test]
+async fn a_registry_503_is_retried() {
+    let art = good_shim_tgz();
+    let reg = registry(&art, &art, None);
+    let blob = format!("/v2/{REPO}/blobs/sha256:{}", reg.layer_digest);
+    reg.srv.routes(
+        &blob,
+        vec![Route::status(503, "busy"), Route::ok(art.clone())],
+    );
+    let d = tempfile::tempdir().unwrap();
+    let store = Store::open(d.path()).unwrap();
+    let a = fetcher()
+        .fetch(&spec(&reg.reference, OciAuth::Anonymous), &store)
+        .await
+        .unwrap();
+    assert_eq!(a.digest, reg.layer_digest);
+    assert_eq!(reg.srv.hits(&blob), 2);
+}
