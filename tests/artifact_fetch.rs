@@ -372,3 +372,51 @@ async fn fetch_find_and_place_install_the_shim_end_to_end() {
         .unwrap();
     assert!(out.success(), "the installed shim does not run");
 }
+
+#[tokio::test]
+async fn an_attempt_that_takes_too_long_as_a_whole_times_out() {
+    let srv = TestServer::start();
+    srv.route(
+        "/drip.tgz",
+        Route::ok("x").behave(Behavior::Hang(Duration::from_secs(5))),
+    );
+    let f = Fetcher::new(
+        Limits {
+            read_timeout: Duration::from_secs(30),
+            attempt_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        },
+        quick_retry(2),
+    )
+    .unwrap();
+    let e = fails(&f, &source(srv.url("/drip.tgz"), b"x"), "Timeout").await;
+    assert!(e.to_string().contains("the attempt took longer"), "{e}");
+    assert_eq!(srv.hits("/drip.tgz"), 2);
+}
+
+#[tokio::test]
+async fn the_download_cap_holds_when_the_server_sends_no_length() {
+    let srv = TestServer::start();
+    let art = good_shim_tgz();
+    srv.route(
+        "/shim.tgz",
+        Route::ok(art.clone()).behave(Behavior::NoLength),
+    );
+    let (_d, s, _) = store();
+    // Without a cap problem the length-less body installs fine...
+    fetcher()
+        .fetch_into_store(&source(srv.url("/shim.tgz"), &art), &s)
+        .await
+        .unwrap();
+    // ...and with a cap below its size it is cut off while streaming.
+    let f = Fetcher::new(
+        Limits {
+            max_download_bytes: 4096,
+            ..Limits::default()
+        },
+        quick_retry(3),
+    )
+    .unwrap();
+    let e = fails(&f, &source(srv.url("/shim.tgz"), &art), "DownloadTooLarge").await;
+    assert!(e.to_string().contains("4096"), "{e}");
+}

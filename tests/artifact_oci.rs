@@ -13,6 +13,7 @@ const REPO: &str = "shims/demo";
 struct Registry {
     srv: TestServer,
     reference: String,
+    manifest_digest: String,
     layer_digest: String,
 }
 
@@ -71,6 +72,7 @@ fn registry(layer: &[u8], served: &[u8], token: Option<&str>) -> Registry {
     Registry {
         reference: format!("{}/{REPO}@sha256:{manifest_digest}", srv.host()),
         srv,
+        manifest_digest,
         layer_digest,
     }
 }
@@ -201,4 +203,67 @@ async fn an_unpinned_reference_needs_explicit_permission() {
         .await
         .unwrap_err();
     assert_eq!(e.reason(), "MissingDigest");
+}
+
+#[tokio::test]
+async fn a_multi_arch_index_resolves_to_the_node_platform() {
+    let art = good_shim_tgz();
+    let reg = registry(&art, &art, None);
+    let me = shim_agent::artifact::node_platform();
+    let other = if me.arch == "arm64" { "amd64" } else { "arm64" };
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": format!("sha256:{}", "0".repeat(64)),
+                "size": 10,
+                "platform": {"os": "linux", "architecture": other},
+            },
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": format!("sha256:{}", reg.manifest_digest),
+                "size": 10,
+                "platform": {"os": me.os, "architecture": me.arch},
+            },
+        ],
+    });
+    let index = serde_json::to_vec(&index).unwrap();
+    let index_digest = sha256_hex(&index);
+    reg.srv.route(
+        &format!("/v2/{REPO}/manifests/sha256:{index_digest}"),
+        Route::ok(index)
+            .header("Content-Type", "application/vnd.oci.image.index.v1+json")
+            .header("Docker-Content-Digest", &format!("sha256:{index_digest}")),
+    );
+    let reference = format!("{}/{REPO}@sha256:{index_digest}", reg.srv.host());
+    let d = tempfile::tempdir().unwrap();
+    let store = Store::open(d.path()).unwrap();
+    let a = fetcher()
+        .fetch(&spec(&reference, OciAuth::Anonymous), &store)
+        .await
+        .unwrap();
+    assert_eq!(a.digest, reg.layer_digest);
+    let wrong = format!("/v2/{REPO}/manifests/sha256:{}", "0".repeat(64));
+    assert_eq!(reg.srv.hits(&wrong), 0);
+}
+
+#[tokio::test]
+async fn a_registry_503_is_retried() {
+    let art = good_shim_tgz();
+    let reg = registry(&art, &art, None);
+    let blob = format!("/v2/{REPO}/blobs/sha256:{}", reg.layer_digest);
+    reg.srv.routes(
+        &blob,
+        vec![Route::status(503, "busy"), Route::ok(art.clone())],
+    );
+    let d = tempfile::tempdir().unwrap();
+    let store = Store::open(d.path()).unwrap();
+    let a = fetcher()
+        .fetch(&spec(&reg.reference, OciAuth::Anonymous), &store)
+        .await
+        .unwrap();
+    assert_eq!(a.digest, reg.layer_digest);
+    assert_eq!(reg.srv.hits(&blob), 2);
 }

@@ -250,3 +250,12 @@ async fn safe_links_and_modes_are_kept() {
     assert_eq!(std::fs::read(a.dir.join("doc/shim")).unwrap(), real_elf());
     assert_eq!(std::fs::read(a.dir.join("bin/copy")).unwrap(), real_elf());
 }
+
+#[tokio::test]
+async fn a_plain_tar_cut_inside_an_entry_is_truncated() {
+    let tar = tar_bytes(&[shim(), Entry::File("README", b"x".to_vec(), 0o644)]);
+    // Cut in the middle of the shim's data: the header promised more.
+    let cut = &tar[..512 + real_elf().len() / 2];
+    let e = refused_with(cut, Limits::default(), "TruncatedArchive").await;
+    assert!(e.to_string().contains("containerd-shim-demo-v2"), "{e}");
+}

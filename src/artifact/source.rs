@@ -40,7 +40,10 @@ pub fn node_platform() -> Platform {
 /// One downloadable artifact: an `http://`, `https://` or `file://` URL and its sha256.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ArtifactSource {
-    /// URL of a `.tar.gz`, a `.tar` or a bare ELF shim binary.
+    /// URL of a `.tar.gz`, a `.tar` or a bare ELF shim binary. A `file://` path is read
+    /// as this process sees it, not through the HostRoot: an image builder points at a
+    /// file on the build machine, an air-gapped node at one on its own disk. A bare binary
+    /// is stored under the URL's last path segment.
     pub location: String,
     /// Expected sha256 of the downloaded bytes (64 hex digits, `sha256:` prefix allowed).
     pub sha256: Option<String>,

@@ -21,6 +21,8 @@ pub enum Behavior {
     Hang(Duration),
     /// Send headers (with the full Content-Length) and this many body bytes, then close.
     CutAfter(usize),
+    /// Send the body without a Content-Length, ending it by closing the connection.
+    NoLength,
 }
 
 /// One scripted response.
@@ -188,6 +190,10 @@ fn serve(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
             &route.body,
             Some(n),
         ),
+        Behavior::NoLength => {
+            conn.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")?;
+            conn.write_all(&route.body)
+        }
     }
 }
 
