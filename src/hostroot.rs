@@ -55,12 +55,22 @@ impl HostRoot {
     }
 
     /// Map a host path (absolute, e.g. `/etc/containerd/config.toml`) to the path this
-    /// process uses. Relative paths are taken relative to the host's `/`. Symlinks that
+    /// process uses. Relative paths are taken relative to the root's `/` (on the real host:
+    /// to the working directory). Symlinks that
     /// already exist along the path are followed *inside* the root (an absolute link
     /// target is re-rooted), like `chroot` would; a path that would climb above the
     /// root is an error.
     pub fn resolve(&self, host_path: impl AsRef<Path>) -> io::Result<PathBuf> {
         let host_path = host_path.as_ref();
+        // On the real host a relative path means what it means to the user: relative to the
+        // working directory.
+        let absolute;
+        let host_path = if self.is_system() && host_path.is_relative() {
+            absolute = std::path::absolute(host_path)?;
+            absolute.as_path()
+        } else {
+            host_path
+        };
         // Components still to walk, in reverse (so we can push link targets in front).
         let mut todo: Vec<PathBuf> = host_path
             .components()

@@ -15,8 +15,10 @@ use shim_agent::{api, artifact, cmd_containerd, install, settings};
 #[derive(Parser, Debug)]
 #[command(name = "shim-agent", version, about, long_about)]
 struct Cli {
-    /// Agent configuration file (drop-ins are read from config.d/ beside it).
-    #[arg(long, global = true, value_name = "PATH", env = "SHIM_AGENT_CONFIG")]
+    /// Agent configuration file (drop-ins are read from config.d/ beside it). Give it before
+    /// the command: `shim-agent --config FILE status` (`containerd ... --config` names
+    /// containerd's file).
+    #[arg(long, value_name = "PATH", env = "SHIM_AGENT_CONFIG")]
     config: Option<PathBuf>,
 
     /// Log level or tracing filter (overrides the config's log.level), e.g. debug.
@@ -206,6 +208,7 @@ fn init_logging(level: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }

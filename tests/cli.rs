@@ -25,7 +25,9 @@ fn text(b: &[u8]) -> String {
 fn crd_prints_the_committed_crd() {
     let out = shim_agent(&["crd"]);
     assert!(out.status.success());
-    let committed = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crd.yaml")).unwrap();
+    let committed =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crd.yaml"))
+            .unwrap();
     assert_eq!(text(&out.stdout), committed);
 }
 
@@ -33,7 +35,14 @@ fn crd_prints_the_committed_crd() {
 fn help_explains_the_commands() {
     let out = shim_agent(&["--help"]);
     let help = text(&out.stdout);
-    for cmd in ["crd", "manifests", "install", "uninstall", "status", "containerd"] {
+    for cmd in [
+        "crd",
+        "manifests",
+        "install",
+        "uninstall",
+        "status",
+        "containerd",
+    ] {
         assert!(help.contains(cmd), "--help lacks {cmd}: {help}");
     }
     let out = shim_agent(&["containerd", "add-runtime", "--help"]);
@@ -48,7 +57,10 @@ fn a_bad_agent_config_is_an_error_naming_the_file_and_key() {
     let out = shim_agent(&["--config", cfg.to_str().unwrap(), "crd"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("config.toml") && err.contains("bogus"), "{err}");
+    assert!(
+        err.contains("config.toml") && err.contains("bogus"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -58,10 +70,19 @@ fn install_refuses_a_root_that_is_not_a_directory() {
     std::fs::write(&file, "x").unwrap();
     let shim = d.path().join("shim.yaml");
     std::fs::write(&shim, "kind: Shim\n").unwrap();
-    let out = shim_agent(&["install", "--root", file.to_str().unwrap(), "-f", shim.to_str().unwrap()]);
+    let out = shim_agent(&[
+        "install",
+        "--root",
+        file.to_str().unwrap(),
+        "-f",
+        shim.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("is not a directory") && err.contains("not-a-dir"), "{err}");
+    assert!(
+        err.contains("is not a directory") && err.contains("not-a-dir"),
+        "{err}"
+    );
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
 }
 
@@ -72,10 +93,24 @@ fn install_refuses_a_file_that_is_not_a_shim() {
     std::fs::create_dir(&root).unwrap();
     let f = d.path().join("pod.yaml");
     std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n").unwrap();
-    let out = shim_agent(&["install", "--root", root.to_str().unwrap(), "-f", f.to_str().unwrap()]);
+    let out = shim_agent(&[
+        "install",
+        "--root",
+        root.to_str().unwrap(),
+        "-f",
+        f.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("is not a Shim"), "{}", text(&out.stderr));
-    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "root must stay empty");
+    assert!(
+        text(&out.stderr).contains("is not a Shim"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        0,
+        "root must stay empty"
+    );
 }
 
 #[test]
@@ -85,7 +120,11 @@ fn live_node_install_is_refused_until_the_transaction_engine_lands() {
     std::fs::write(&f, "x: y\n").unwrap();
     let out = shim_agent(&["install", "-f", f.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("--root"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--root"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -109,12 +148,19 @@ fn offline_install_status_and_uninstall_round_trip() {
 
     let out = shim_agent(&["install", "--root", r, "-f", f.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("installed demo: handler demo"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("installed demo: handler demo"),
+        "{}",
+        text(&out.stdout)
+    );
 
     let out = shim_agent(&["status", "--root", r]);
     let table = text(&out.stdout);
     assert!(table.starts_with("NAME"), "{table}");
-    assert!(table.contains("demo") && table.contains("pending-verification"), "{table}");
+    assert!(
+        table.contains("demo") && table.contains("pending-verification"),
+        "{table}"
+    );
 
     let out = shim_agent(&["status", "--root", r, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -123,10 +169,35 @@ fn offline_install_status_and_uninstall_round_trip() {
 
     let out = shim_agent(&["uninstall", "--root", r, "demo"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("restored to its bytes"), "{}", text(&out.stdout));
-    assert_eq!(std::fs::read(root.join("etc/containerd/config.toml")).unwrap(), original);
+    assert!(
+        text(&out.stdout).contains("restored to its bytes"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        std::fs::read(root.join("etc/containerd/config.toml")).unwrap(),
+        original
+    );
 
     let out = shim_agent(&["uninstall", "--root", r, "demo"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("no Shim named \"demo\""), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no Shim named \"demo\""),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn containerd_config_flag_is_not_the_agent_config_flag() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("config.toml");
+    std::fs::write(&cfg, "version = 2\n").unwrap();
+    let out = shim_agent(&["containerd", "show", "--config", cfg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("io.containerd.grpc.v1.cri"),
+        "{}",
+        text(&out.stdout)
+    );
 }
