@@ -31,6 +31,7 @@ use crate::state::{
     Backup, ConfigRecord, InstalledShim, Journal, NodeState, Origin, Phase, ShimState, StateStore,
     TxnKind,
 };
+use crate::txn::machine::{self, Event, Next};
 
 /// What an install did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,9 +268,14 @@ fn stage_backups(
     Ok(backups)
 }
 
-fn journal_phase(store: &StateStore, state: &mut NodeState, phase: Phase) -> anyhow::Result<()> {
-    if let Some(j) = state.journal.as_mut() {
-        j.phase = phase;
+/// Move the open journal on by `event` (through the state machine) and write it to disk.
+fn journal_event(store: &StateStore, state: &mut NodeState, event: Event) -> anyhow::Result<()> {
+    let Some(j) = state.journal.as_mut() else {
+        bail!("no open transaction to record {event:?} in")
+    };
+    match machine::next(j.phase, &event)? {
+        Next::Phase(p) => j.phase = p,
+        Next::Abort { reason } => bail!("transaction aborted: {reason}"),
     }
     store.save(state)?;
     Ok(())
@@ -403,12 +409,14 @@ async fn install_inner(
         started_at: now_secs(),
     });
     store.save(&state)?;
-    journal_phase(&store, &mut state, Phase::Fetched)?;
+    journal_event(&store, &mut state, Event::Fetched)?;
+    // Offline there is no rollout: the slot is trivially ours.
+    journal_event(&store, &mut state, Event::SlotAcquired)?;
     let backups = stage_backups(root, &state_dir, &id, &touched, undo)?;
     if let Some(j) = state.journal.as_mut() {
         j.backups = backups;
     }
-    journal_phase(&store, &mut state, Phase::Staged)?;
+    journal_event(&store, &mut state, Event::Staged)?;
 
     let bin_dir = root.resolve(binary_host.parent().unwrap_or(Path::new("/")))?;
     undo.create_dir_all(&bin_dir)?;
@@ -418,7 +426,7 @@ async fn install_inner(
         undo.save_file(&root.resolve(&c.host_path)?)?;
     }
     containerd::apply(root, &plan)?;
-    journal_phase(&store, &mut state, Phase::Applied)?;
+    journal_event(&store, &mut state, Event::Applied)?;
 
     let config_files: Vec<ConfigRecord> = plan
         .changes
@@ -588,12 +596,15 @@ pub fn uninstall_offline(
     if let Some(j) = state.journal.as_mut() {
         j.backups = backups;
     }
-    journal_phase(&store, &mut state, Phase::Staged)?;
+    // Nothing to fetch and no slot offline: straight to Staged.
+    for e in [Event::Fetched, Event::SlotAcquired, Event::Staged] {
+        journal_event(&store, &mut state, e)?;
+    }
     if let Err(e) = containerd::apply(root, &plan) {
         roll_back_journal(root, &store, &mut state)?;
         return Err(e.into());
     }
-    journal_phase(&store, &mut state, Phase::Applied)?;
+    journal_event(&store, &mut state, Event::Applied)?;
     remove_binary(root, &shim)?;
     state.shims.remove(name);
     state.journal = None;

@@ -17,3 +17,4 @@ pub mod install;
 pub mod profile;
 pub mod settings;
 pub mod state;
+pub mod txn;

@@ -1,0 +1,6 @@
+//! Node transactions: install, upgrade and uninstall as journalled state machines.
+//!
+//! [`machine`] is the pure core (phases, transitions, recovery decisions); the shell that
+//! performs each step lives beside it.
+
+pub mod machine;
