@@ -57,16 +57,16 @@ pub struct InstallOptions {
 
 /// Undo log of one run: what to put back if a later step fails.
 #[derive(Default)]
-struct Undo {
+pub(crate) struct Undo {
     /// Local paths of files to restore (Some bytes) or delete (None), in order of change.
-    files: Vec<(PathBuf, Option<Vec<u8>>)>,
+    pub(crate) files: Vec<(PathBuf, Option<Vec<u8>>)>,
     /// Local paths of directories this run created, in order of creation.
-    dirs: Vec<PathBuf>,
+    pub(crate) dirs: Vec<PathBuf>,
 }
 
 impl Undo {
     /// Create `dir` and its missing parents, remembering each one created.
-    fn create_dir_all(&mut self, dir: &Path) -> std::io::Result<()> {
+    pub(crate) fn create_dir_all(&mut self, dir: &Path) -> std::io::Result<()> {
         let mut missing = Vec::new();
         let mut cur = Some(dir);
         while let Some(d) = cur {
@@ -84,7 +84,7 @@ impl Undo {
     }
 
     /// Remember the current content of a file before changing it.
-    fn save_file(&mut self, local: &Path) -> std::io::Result<()> {
+    pub(crate) fn save_file(&mut self, local: &Path) -> std::io::Result<()> {
         let before = match std::fs::read(local) {
             Ok(b) => Some(b),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -95,7 +95,7 @@ impl Undo {
     }
 
     /// Put everything back, newest first. Errors are logged: undo goes on regardless.
-    fn run(self) {
+    pub(crate) fn run(self) {
         for (path, before) in self.files.into_iter().rev() {
             let r = match before {
                 Some(bytes) => fsutil::write_atomic(&path, &bytes, None),
@@ -190,18 +190,18 @@ pub fn fetcher(settings: &Settings, platform: Platform, progress: bool) -> anyho
         .with_progress(progress))
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default()
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn backups_dir(state_dir: &Path, id: &str) -> PathBuf {
+pub(crate) fn backups_dir(state_dir: &Path, id: &str) -> PathBuf {
     state_dir.join("backups").join(id)
 }
 
@@ -234,7 +234,7 @@ pub fn roll_back_journal(
 }
 
 /// Save `before` copies of every file in `paths` (host paths) for the journal.
-fn stage_backups(
+pub(crate) fn stage_backups(
     root: &HostRoot,
     state_dir: &Path,
     id: &str,
@@ -269,7 +269,11 @@ fn stage_backups(
 }
 
 /// Move the open journal on by `event` (through the state machine) and write it to disk.
-fn journal_event(store: &StateStore, state: &mut NodeState, event: Event) -> anyhow::Result<()> {
+pub(crate) fn journal_event(
+    store: &StateStore,
+    state: &mut NodeState,
+    event: Event,
+) -> anyhow::Result<()> {
     let Some(j) = state.journal.as_mut() else {
         bail!("no open transaction to record {event:?} in")
     };
@@ -406,6 +410,8 @@ async fn install_inner(
         phase: Phase::Planned,
         backups: vec![],
         reason: None,
+        pending: vec![],
+        removing: vec![],
         started_at: now_secs(),
     });
     store.save(&state)?;
@@ -472,7 +478,7 @@ async fn install_inner(
 
 /// Keep the original "before" hash across upgrades: uninstall compares with the bytes
 /// from before the *first* install.
-fn merge_config_records(
+pub(crate) fn merge_config_records(
     previous: Option<&InstalledShim>,
     now: Vec<ConfigRecord>,
 ) -> Vec<ConfigRecord> {
@@ -487,7 +493,7 @@ fn merge_config_records(
     out
 }
 
-fn spec_location(spec: &FetchSpec) -> String {
+pub(crate) fn spec_location(spec: &FetchSpec) -> String {
     if let Some(o) = &spec.oci {
         return o.reference.clone();
     }
@@ -498,7 +504,7 @@ fn spec_location(spec: &FetchSpec) -> String {
     }
 }
 
-fn remove_binary(root: &HostRoot, shim: &InstalledShim) -> anyhow::Result<()> {
+pub(crate) fn remove_binary(root: &HostRoot, shim: &InstalledShim) -> anyhow::Result<()> {
     let local = root.resolve(&shim.binary)?;
     fsutil::remove_durable(&local)?;
     // <shims>/<name>/<digest>/ and <shims>/<name>/ when they are empty
@@ -512,7 +518,11 @@ fn remove_binary(root: &HostRoot, shim: &InstalledShim) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn gc_artifact(artifacts: &Store, state: &NodeState, digest: &str) -> anyhow::Result<()> {
+pub(crate) fn gc_artifact(
+    artifacts: &Store,
+    state: &NodeState,
+    digest: &str,
+) -> anyhow::Result<()> {
     if !state.shims.values().any(|s| s.artifact_sha256 == digest) {
         artifacts.remove(digest)?;
     }
@@ -574,6 +584,8 @@ pub fn uninstall_offline(
         phase: Phase::Planned,
         backups: vec![],
         reason: None,
+        pending: vec![],
+        removing: vec![],
         started_at: now_secs(),
     });
     store.save(&state)?;

@@ -403,6 +403,8 @@ fn a_crash_mid_install_is_rolled_back_from_the_journal_on_the_next_run() {
                 },
             ],
             reason: None,
+            pending: vec![],
+            removing: vec![],
             started_at: 0,
         });
         store.save(&state).unwrap();

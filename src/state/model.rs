@@ -155,6 +155,13 @@ pub struct Journal {
     /// Why the transaction is rolling back, when it is.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Records to commit when the transaction succeeds (installs and upgrades), so a
+    /// transaction can be rolled forward from the journal alone.
+    #[serde(default)]
+    pub pending: Vec<InstalledShim>,
+    /// Shim names this transaction removes.
+    #[serde(default)]
+    pub removing: Vec<String>,
     /// Unix time the transaction started.
     pub started_at: u64,
 }

@@ -3,4 +3,5 @@
 //! [`machine`] is the pure core (phases, transitions, recovery decisions); the shell that
 //! performs each step lives beside it.
 
+pub mod live;
 pub mod machine;

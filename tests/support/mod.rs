@@ -3,6 +3,8 @@
 //! entries, ELF helpers and a directory snapshot to prove "nothing changed".
 #![allow(dead_code)]
 
+pub mod live;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,0 +1,171 @@
+//! A scripted containerd for live-transaction tests (see tests/live_txn.rs).
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use shim_agent::api::load::parse_shims;
+use shim_agent::artifact::node_platform;
+use shim_agent::containerd;
+use shim_agent::hostroot::HostRoot;
+use shim_agent::profile;
+use shim_agent::settings::Settings;
+use shim_agent::state::Origin;
+use shim_agent::txn::live::{Change, HealthCheck, Node, Restarter};
+
+use super::{Entry, real_elf, sha256_hex, tar_gz};
+
+/// A containerd that serves what its config says, as of its last restart.
+#[derive(Default)]
+pub struct FakeContainerd {
+    pub root: Option<HostRoot>,
+    pub serving: RefCell<BTreeSet<String>>,
+    pub restarts: RefCell<u32>,
+    /// Restart numbers (1-based) that fail.
+    pub fail_restarts: Vec<u32>,
+    /// Verify calls (1-based) that fail as if CRI were broken.
+    pub fail_verifies: Vec<u32>,
+    pub verifies: RefCell<u32>,
+}
+
+impl FakeContainerd {
+    pub fn reread_config(&self) {
+        let root = self.root.as_ref().unwrap();
+        let set = containerd::load(root, Path::new("/etc/containerd/config.toml"), None).unwrap();
+        let text = String::from_utf8(set.main.bytes.clone()).unwrap();
+        let mut serving = BTreeSet::new();
+        for h in containerd::inspect(&set).unwrap().handlers {
+            serving.insert(h.name);
+        }
+        // a handler whose runtime_path is missing cannot start its shim
+        for line in text.lines() {
+            if let Some(p) = line.trim().strip_prefix("runtime_path = \"") {
+                let p = p.trim_end_matches('"');
+                if !root.resolve(p).unwrap().exists() {
+                    serving.retain(|h| !p.contains(&format!("/{h}/")) && !p.ends_with(h));
+                }
+            }
+        }
+        *self.serving.borrow_mut() = serving;
+    }
+}
+
+impl Restarter for &FakeContainerd {
+    async fn restart(&self, unit: &str) -> Result<(), String> {
+        *self.restarts.borrow_mut() += 1;
+        let n = *self.restarts.borrow();
+        if self.fail_restarts.contains(&n) {
+            return Err(format!("restart of {unit} failed: job result 'failed'"));
+        }
+        self.reread_config();
+        Ok(())
+    }
+}
+
+impl HealthCheck for &FakeContainerd {
+    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+        *self.verifies.borrow_mut() += 1;
+        if self.fail_verifies.contains(&self.verifies.borrow()) {
+            return Err(
+                "CRI RuntimeService is unimplemented: the CRI plugin failed to load".into(),
+            );
+        }
+        let s = self.serving.borrow();
+        for h in present {
+            if !s.contains(h) {
+                return Err(format!("handler {h} is not served"));
+            }
+        }
+        for h in absent {
+            if s.contains(h) {
+                return Err(format!("handler {h} is still served"));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub struct World {
+    pub _tmp: tempfile::TempDir,
+    pub root: HostRoot,
+    pub art: std::path::PathBuf,
+    pub original: Vec<u8>,
+    pub settings: Settings,
+}
+
+pub fn world() -> World {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("root");
+    std::fs::create_dir_all(r.join("etc/containerd")).unwrap();
+    let original = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/containerd-configs/containerd-1.7.34-config-default.toml"),
+    )
+    .unwrap();
+    std::fs::write(r.join("etc/containerd/config.toml"), &original).unwrap();
+    let art = tmp.path().join("art");
+    std::fs::create_dir_all(&art).unwrap();
+    World {
+        root: HostRoot::new(&r).unwrap(),
+        art,
+        original,
+        settings: Settings::default(),
+        _tmp: tmp,
+    }
+}
+
+pub fn fake(w: &World) -> FakeContainerd {
+    let f = FakeContainerd {
+        root: Some(w.root.clone()),
+        ..Default::default()
+    };
+    f.reread_config();
+    f
+}
+
+pub fn node<'a>(
+    w: &'a World,
+    f: &'a FakeContainerd,
+) -> Node<'a, &'a FakeContainerd, &'a FakeContainerd> {
+    Node {
+        root: &w.root,
+        settings: &w.settings,
+        profile: profile::builtin("containerd"),
+        platform: node_platform(),
+        origin: Origin::Static,
+        restarter: f,
+        health: f,
+    }
+}
+
+pub fn shim(w: &World, name: &str, version: &str) -> Change {
+    let bytes = tar_gz(&[
+        Entry::File("containerd-shim-x-v2", real_elf(), 0o755),
+        Entry::File("VERSION", version.as_bytes().to_vec(), 0o644),
+    ]);
+    let p = w.art.join(format!("{name}-{version}.tgz"));
+    std::fs::write(&p, &bytes).unwrap();
+    let yaml = format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file://{}\", sha256: {}}}}}\n  runtimeClass: {{name: {name}}}\n",
+        p.display(),
+        sha256_hex(&bytes)
+    );
+    Change::Install(Box::new(parse_shims(&yaml, "t.yaml").unwrap().remove(0)))
+}
+
+pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+pub fn config(w: &World) -> Vec<u8> {
+    std::fs::read(w.root.resolve("/etc/containerd/config.toml").unwrap()).unwrap()
+}
+
+pub fn state(w: &World) -> shim_agent::state::NodeState {
+    shim_agent::install::read_state(&w.root, &w.settings).unwrap()
+}
