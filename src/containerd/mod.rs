@@ -41,10 +41,15 @@
 //! - **Refusals.** Templates (`{{`, `{%`, `+++` front matter, `${VAR}`), parse errors (line and
 //!   column), unknown versions, read-only or generated layouts (Flatcar `/usr`, Talos
 //!   `/etc/cri/`, Bottlerocket `shimpei`, k3s/rke2/microk8s generated files, k0s-managed file
-//!   edited in place), a disabled CRI plugin, runtime tables under another version's plugin ID.
-//! - **Bytes.** A file is only edited if `toml_edit` renders it back unchanged; CRLF files stay
-//!   CRLF; a missing final newline stays missing. Every edited file is re-parsed and must show
-//!   the handler exactly as wanted before the plan is returned.
+//!   edited in place), a disabled CRI plugin, runtime tables under another version's plugin ID,
+//!   a non-glob import whose file is missing (containerd would not start). Only drop-ins the
+//!   main file imports count as definitions of a handler.
+//! - **Bytes.** Edits are rendered by `toml_edit` and spliced line by line into the original
+//!   text, so untouched lines keep their bytes even where `toml_edit` would normalise them (a key
+//!   quoted two ways, CRLF, a missing final newline). Every edited file is re-parsed and must
+//!   read back as the edited document, with the handler exactly as wanted, before the plan is
+//!   returned. Idempotence compares parsed values, with unset = default (`options = {}`,
+//!   `pod_annotations = []`, `privileged_without_host_devices = false`).
 //!
 //! # Caveats
 //! Handlers under an inline-table `runtimes` are found but not added to (refused with
