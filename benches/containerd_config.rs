@@ -1,6 +1,7 @@
 //! Benchmark of the containerd config engine: `plan_add` then `plan_remove` on the largest
 //! editable corpus file (found by size), in place. Plain `main`, no criterion: it times N
-//! iterations of each operation and prints mean, p50 and p99.
+//! iterations of each operation and prints mean, p50 and p99, plus the cost of one bare
+//! `toml_edit` parse and render of the same file as a baseline.
 //!
 //! Run: `cargo bench --bench containerd_config` (N from `BENCH_ITERS`, default 2000).
 
@@ -76,7 +77,16 @@ fn main() {
         dropins: vec![],
     };
     let (mut add, mut remove, mut noop) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut parse, mut render) = (Vec::new(), Vec::new());
+    let text = std::str::from_utf8(&set.main.bytes).unwrap();
     for _ in 0..iters {
+        // Baseline: what toml_edit alone costs (the engine parses twice and renders twice).
+        let t = Instant::now();
+        let doc: toml_edit::DocumentMut = text.parse().unwrap();
+        parse.push(t.elapsed());
+        let t = Instant::now();
+        std::hint::black_box(doc.to_string());
+        render.push(t.elapsed());
         let t = Instant::now();
         let p = plan_add(&set, &spec, &opts).unwrap();
         add.push(t.elapsed());
@@ -93,4 +103,6 @@ fn main() {
     stats("plan_add (in place)", add);
     stats("plan_remove", remove);
     stats("plan_add (already there)", noop);
+    stats("baseline: toml_edit parse", parse);
+    stats("baseline: toml_edit render", render);
 }

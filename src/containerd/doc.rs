@@ -98,6 +98,11 @@ impl Doc {
         }
     }
 
+    /// True when edits are spliced into the original text (see `base`).
+    pub fn is_spliced(&self) -> bool {
+        self.base.is_some()
+    }
+
     /// Render with the original line endings and final-newline state.
     pub fn render(&self) -> Vec<u8> {
         let mut s = self.doc.to_string();

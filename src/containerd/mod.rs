@@ -23,7 +23,8 @@
 //!   containerd's default (`SystemdCgroup = false`); a file with no runtimes table states no
 //!   per-runtime cgroup setting anywhere, so nothing else is copied. That table is marked
 //!   `# shim-agent: default runtime kept for handler <h>` and removed with the last handler that
-//!   needs it. Existing handlers (whatever `default_runtime_name` is: `nvidia`, `shimpei`, …)
+//!   needs it (`tests/containerd_real.rs` checks with a real containerd 1.6.20 `config dump`
+//!   that every handler of every v1/v2 corpus file survives). Existing handlers (whatever `default_runtime_name` is: `nvidia`, `shimpei`, …)
 //!   are never touched. Version 3/4 files are only read by 2.x, which deep-merges: no runc.
 //! - **Drop-ins only for config version ≥ 3.** On 1.x a drop-in replaces whole plugin sections:
 //!   a v2 drop-in holding only `runtimes.spin` would remove runc and every CRI setting of the
@@ -41,10 +42,15 @@
 //! - **Refusals.** Templates (`{{`, `{%`, `+++` front matter, `${VAR}`), parse errors (line and
 //!   column), unknown versions, read-only or generated layouts (Flatcar `/usr`, Talos
 //!   `/etc/cri/`, Bottlerocket `shimpei`, k3s/rke2/microk8s generated files, k0s-managed file
-//!   edited in place), a disabled CRI plugin, runtime tables under another version's plugin ID.
-//! - **Bytes.** A file is only edited if `toml_edit` renders it back unchanged; CRLF files stay
-//!   CRLF; a missing final newline stays missing. Every edited file is re-parsed and must show
-//!   the handler exactly as wanted before the plan is returned.
+//!   edited in place), a disabled CRI plugin, runtime tables under another version's plugin ID,
+//!   a non-glob import whose file is missing (containerd would not start). Only drop-ins the
+//!   main file imports count as definitions of a handler.
+//! - **Bytes.** Edits are rendered by `toml_edit` and spliced line by line into the original
+//!   text, so untouched lines keep their bytes even where `toml_edit` would normalise them (a key
+//!   quoted two ways, CRLF, a missing final newline). Every edited file is re-parsed and must
+//!   read back as the edited document, with the handler exactly as wanted, before the plan is
+//!   returned. Idempotence compares parsed values, with unset = default (`options = {}`,
+//!   `pod_annotations = []`, `privileged_without_host_devices = false`).
 //!
 //! # Caveats
 //! Handlers under an inline-table `runtimes` are found but not added to (refused with

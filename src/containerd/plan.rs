@@ -287,23 +287,26 @@ fn plan_dropin(
         changes.push(FileChange {
             host_path: main.path.clone(),
             before: Some(main.before.clone()),
-            after: Some(render_checked(main)?),
+            after: Some(render_checked(main)?.0),
         });
     }
     Ok(Plan { changes })
 }
 
-/// Render an edited file and check that it reads back as the edited document (the splice of
-/// edits into the original text changed nothing else).
-fn render_checked(f: &Analyzed) -> Result<Vec<u8>, ConfigError> {
+/// Render an edited file and re-parse it: the result must parse, and where the edit was
+/// spliced into the original text it must read back as the edited document.
+fn render_checked(f: &Analyzed) -> Result<(Vec<u8>, toml_edit::DocumentMut), ConfigError> {
     let after = f.doc.render();
-    let same = Doc::parse(&f.path, &after).is_ok_and(|d| {
-        spec::item_to_json(d.doc.as_item()) == spec::item_to_json(f.doc.doc.as_item())
-    });
-    if !same {
+    let reread: toml_edit::DocumentMut = std::str::from_utf8(&after)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| unexpected(&f.path))?;
+    if f.doc.is_spliced()
+        && spec::item_to_json(reread.as_item()) != spec::item_to_json(f.doc.doc.as_item())
+    {
         return Err(unexpected(&f.path));
     }
-    Ok(after)
+    Ok((after, reread))
 }
 
 fn unexpected(path: &Path) -> ConfigError {
@@ -317,11 +320,9 @@ fn unexpected(path: &Path) -> ConfigError {
 
 /// Render an edited file and check that it reads back with the handler as wanted.
 fn finish(f: &Analyzed, spec: &RuntimeSpec) -> Result<FileChange, ConfigError> {
-    let after = render_checked(f)?;
-    let ok = Doc::parse(&f.path, &after).is_ok_and(|d| {
-        edit::handler_item(&d.doc, f.version, &spec.handler).is_some_and(|it| {
-            spec::differing_fields(&spec::item_to_json(it), &spec.to_json()).is_empty()
-        })
+    let (after, reread) = render_checked(f)?;
+    let ok = edit::handler_item(&reread, f.version, &spec.handler).is_some_and(|it| {
+        spec::differing_fields(&spec::item_to_json(it), &spec.to_json()).is_empty()
     });
     if !ok {
         return Err(unexpected(&f.path));
@@ -481,7 +482,7 @@ pub fn plan_remove(set: &ConfigSet, handler: &str) -> Result<Plan, ConfigError> 
             changes: vec![FileChange {
                 host_path: f.path.clone(),
                 before: Some(f.before.clone()),
-                after: Some(render_checked(f)?),
+                after: Some(render_checked(f)?.0),
             }],
         });
     }
@@ -493,7 +494,7 @@ pub fn plan_remove(set: &ConfigSet, handler: &str) -> Result<Plan, ConfigError> 
         changes.push(FileChange {
             host_path: main.path.clone(),
             before: Some(main.before.clone()),
-            after: Some(render_checked(main)?),
+            after: Some(render_checked(main)?.0),
         });
     }
     changes.push(FileChange {

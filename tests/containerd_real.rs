@@ -1,0 +1,146 @@
+//! Against a real containerd binary: every editable version 1/2 corpus file, after `plan_add`,
+//! must still give containerd's *merged* view (`containerd --config F config dump`) every
+//! handler it had, unchanged, plus the new one, and the same default runtime. This is the
+//! 1.x "a runtimes table replaces the default map" trap checked by containerd itself.
+//!
+//! Needs a containerd 1.x binary, so it is ignored by default:
+//! `SHIM_AGENT_CONTAINERD_BIN=/path/to/containerd cargo test --test containerd_real -- --ignored`
+//! (Debian bookworm: `apt-get download containerd && dpkg-deb -x containerd_*.deb x`, then
+//! `x/usr/bin/containerd`, version 1.6.20).
+
+mod containerd_common;
+
+use std::path::Path;
+use std::process::Command;
+
+use containerd_common::*;
+use serde_json::Value as Json;
+use shim_agent::containerd::{AddOptions, ConfigFile, ConfigSet, DropinPolicy, plan_add};
+
+/// containerd's merged view of a config: (default runtime, handlers).
+fn dump(
+    bin: &str,
+    dir: &Path,
+    bytes: &[u8],
+) -> Result<(Json, serde_json::Map<String, Json>), String> {
+    let f = dir.join("config.toml");
+    std::fs::write(&f, bytes).unwrap();
+    let out = Command::new(bin)
+        .arg("--config")
+        .arg(&f)
+        .args(["config", "dump"])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let j = parse_json(&out.stdout);
+    let c = get(&j, &["plugins", "io.containerd.grpc.v1.cri", "containerd"])
+        .cloned()
+        .unwrap_or_default();
+    let runtimes = c
+        .get("runtimes")
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap_or_default();
+    Ok((
+        c.get("default_runtime_name").cloned().unwrap_or(Json::Null),
+        runtimes,
+    ))
+}
+
+/// Runtime options are decoded by the shim into a struct: a zero value (false, 0, "", [])
+/// is the same as no value. containerd's built-in runc lists its zero-valued options; the
+/// explicit runc the engine keeps leaves them unset.
+fn zero_options_unset(handler: &Json) -> Json {
+    let mut h = handler.clone();
+    if let Some(o) = h.get_mut("options").and_then(Json::as_object_mut) {
+        o.retain(|_, v| {
+            !(v == &Json::Bool(false)
+                || v.as_i64() == Some(0)
+                || v.as_str() == Some("")
+                || v.as_array().is_some_and(|a| a.is_empty()))
+        });
+    }
+    h
+}
+
+#[test]
+#[ignore = "needs a containerd 1.x binary in SHIM_AGENT_CONTAINERD_BIN"]
+fn containerd_1x_keeps_every_handler_and_gets_the_new_one() {
+    let bin = std::env::var("SHIM_AGENT_CONTAINERD_BIN").expect("set SHIM_AGENT_CONTAINERD_BIN");
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/containerd-configs");
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = test_spec("wasmtest");
+    let mut checked = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(&corpus)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let bytes = std::fs::read(&p).unwrap();
+        let set = ConfigSet {
+            main: ConfigFile {
+                host_path: "/etc/containerd/config.toml".into(),
+                bytes: bytes.clone(),
+            },
+            dropins: vec![],
+        };
+        // containerd 1.x does not read version 3/4 files (they belong to 2.x).
+        let Ok(parsed) = toml_edit::de::from_slice::<Json>(&bytes) else {
+            continue;
+        };
+        if version_of(&parsed) > 2 {
+            continue;
+        }
+        let opts = AddOptions {
+            replace: false,
+            dropin: DropinPolicy::Never,
+        };
+        let Ok(plan) = plan_add(&set, &spec, &opts) else {
+            continue;
+        };
+        let Ok((default_before, before)) = dump(&bin, tmp.path(), &bytes) else {
+            continue;
+        };
+        let after_bytes = plan.changes[0].after.clone().unwrap();
+        let (default_after, after) = dump(&bin, tmp.path(), &after_bytes)
+            .unwrap_or_else(|e| panic!("{name}: containerd refuses the edited file: {e}"));
+        assert_eq!(default_before, default_after, "{name}: default runtime");
+        for (h, v) in &before {
+            assert_eq!(
+                after.get(h).map(zero_options_unset),
+                Some(zero_options_unset(v)),
+                "{name}: handler {h} changed or vanished"
+            );
+        }
+        let new = after
+            .get("wasmtest")
+            .unwrap_or_else(|| panic!("{name}: no new handler: {after:?}"));
+        assert_eq!(
+            new.get("runtime_type"),
+            Some(&Json::from(spec.runtime_type.clone())),
+            "{name}"
+        );
+        assert_eq!(
+            new.get("runtime_path").and_then(Json::as_str),
+            spec.runtime_path.as_deref(),
+            "{name}"
+        );
+        assert_eq!(
+            new.get("options"),
+            Some(&Json::Object(spec.options.clone())),
+            "{name}"
+        );
+        let default = default_after.as_str().unwrap_or("runc");
+        assert!(
+            after.contains_key(default),
+            "{name}: default runtime {default} missing"
+        );
+        checked.push(name);
+    }
+    eprintln!("checked with {bin}: {checked:#?}");
+    assert!(checked.len() >= 15, "only {} files checked", checked.len());
+}
