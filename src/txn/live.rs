@@ -137,13 +137,25 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let Some(j) = state.journal.clone() else {
             return Ok(());
         };
+        let result = self.recover_journal(store, state, &j).await;
+        // Whatever the outcome, binaries of these shims that the state does not name go.
+        self.remove_stray_binaries(state, &j.shims);
+        result
+    }
+
+    async fn recover_journal(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        j: &Journal,
+    ) -> anyhow::Result<()> {
         let action = machine::recovery_for(j.phase);
         tracing::warn!(txn = %j.id, phase = ?j.phase, ?action, "recovering an unfinished transaction");
         match action {
-            Recovery::Discard | Recovery::Close => self.close(store, state, &j)?,
+            Recovery::Discard | Recovery::Close => self.close(store, state, j)?,
             Recovery::RollBackFiles => {
-                restore_backups(self.root, &j)?;
-                self.close(store, state, &j)?;
+                restore_backups(self.root, j)?;
+                self.close(store, state, j)?;
             }
             Recovery::RollBackAndRestart => {
                 self.roll_back(
@@ -162,7 +174,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     self.event(store, state, Event::Restarted)?;
                 }
                 if matches!(phase, Phase::Applied | Phase::Restarted) {
-                    if let Err(e) = self.verify_journal(&j).await {
+                    if let Err(e) = self.verify_journal(j).await {
                         return self.fail(store, state, e).await;
                     }
                     self.event(store, state, Event::Verified)?;
@@ -171,6 +183,26 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             }
         }
         Ok(())
+    }
+
+    /// Remove `<shims>/<name>/<digest>/` directories that no installed record points at.
+    fn remove_stray_binaries(&self, state: &NodeState, names: &[String]) {
+        for name in names {
+            let Ok(dir) = self.root.resolve(Path::new(artifact::SHIMS_DIR).join(name)) else {
+                continue;
+            };
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let keep = state.shims.get(name).map(|r| r.artifact_sha256.clone());
+            for e in entries.flatten() {
+                if Some(e.file_name().to_string_lossy().into_owned()) != keep {
+                    tracing::info!(path = %e.path().display(), "removing a binary no installed shim uses");
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
     }
 
     fn close(&self, store: &StateStore, state: &mut NodeState, j: &Journal) -> anyhow::Result<()> {
