@@ -11,6 +11,7 @@ pub mod api;
 pub mod artifact;
 pub mod cmd_containerd;
 pub mod containerd;
+pub mod daemon;
 pub mod fsutil;
 pub mod hostroot;
 pub mod install;

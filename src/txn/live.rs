@@ -369,9 +369,13 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         report.phases.push((Phase::Applied, t.elapsed()));
 
         let t = Instant::now();
-        report.restarts += 1;
-        if let Err(e) = self.restarter.restart(&self.profile.unit).await {
-            return self.fail(store, state, e).await.map(|_| report);
+        // containerd reads its config only at start: no config change, no restart (a
+        // binary put back in place is picked up at the next shim start).
+        if !plan.is_empty() {
+            report.restarts += 1;
+            if let Err(e) = self.restarter.restart(&self.profile.unit).await {
+                return self.fail(store, state, e).await.map(|_| report);
+            }
         }
         self.event(store, state, Event::Restarted)?;
         report.phases.push((Phase::Restarted, t.elapsed()));
