@@ -5,7 +5,8 @@
 //! - [`containerd`]: the containerd config engine (detect schema, add/remove a handler);
 //! - [`artifact`]: fetch, verify and unpack shims into the content-addressed store;
 //! - [`api`]: the `Shim` custom resource and the manifests around it;
-//! - [`settings`]: the agent's own configuration (`/etc/shim-agent/config.toml`).
+//! - [`settings`]: the agent's own configuration (`/etc/shim-agent/config.toml`);
+//! - [`node`]: the real edges of a node transaction: systemd over D-Bus, containerd's CRI.
 
 pub mod api;
 pub mod artifact;
@@ -15,6 +16,7 @@ pub mod daemon;
 pub mod fsutil;
 pub mod hostroot;
 pub mod install;
+pub mod node;
 pub mod profile;
 pub mod settings;
 pub mod state;

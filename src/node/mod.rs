@@ -1,0 +1,348 @@
+//! The real edges of the node transaction (DESIGN.md §3, §4): restarting containerd through
+//! systemd, and asking containerd itself whether it serves a runtime handler.
+//!
+//! Two narrow ports, each covering its whole edge:
+//! - [`ServiceManager`]: restart a unit and wait for the job's result, read a unit's state,
+//!   reset its failed state. Production: [`SystemdDbus`] (`org.freedesktop.systemd1` over the
+//!   system bus with zbus).
+//! - [`RuntimeHealth`]: the CRI `Status` of the runtime (ready or not, which handlers it
+//!   serves), and [`RuntimeHealth::wait_for_handler`], the check after a restart. Production:
+//!   [`CriClient`] (CRI v1 over containerd's unix socket with tonic).
+//!
+//! # Design decisions
+//! - **Static dispatch.** The ports are traits whose methods return `impl Future + Send`
+//!   (written as `async fn` in the impls). Callers are generic over the port
+//!   (`fn step<S: ServiceManager>(s: &S)`), so there is no boxing and no `async-trait`; the
+//!   traits are therefore not object safe, which the transaction engine does not need.
+//! - **`active` proves nothing.** A restart job that is `done` means systemd started the unit;
+//!   on containerd 1.x a config whose `runtimes` table lacks the default runtime still starts
+//!   while the CRI plugin fails to load. Only [`RuntimeHealth::wait_for_handler`] proves the
+//!   node can run the handler.
+//! - **Parsing is pure.** What the CRI returns is turned into a [`CriStatus`] by
+//!   [`cri::status_from_response`] and [`cri::handlers_from_verbose_info`], tested on output
+//!   captured from a real containerd (`tests/fixtures/cri/`).
+
+pub mod cri;
+pub mod systemd;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+pub use cri::{CriClient, HandlerSource};
+pub use systemd::SystemdDbus;
+
+/// How often [`RuntimeHealth::wait_for_handler`] asks the CRI again.
+pub const HANDLER_POLL_INTERVAL_MS: u64 = 100;
+/// Longest single `Status` call inside [`RuntimeHealth::wait_for_handler`].
+pub const STATUS_CALL_TIMEOUT_MS: u64 = 2_000;
+
+/// A systemd unit's state, as its D-Bus object reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UnitState {
+    /// `ActiveState`: `active`, `activating`, `failed`, `inactive`, ...
+    pub active_state: String,
+    /// `SubState`: `running`, `auto-restart`, `failed`, ...
+    pub sub_state: String,
+    /// The service's `Result`: `success`, `exit-code`, `start-limit-hit`, ... (empty for
+    /// units that are not services).
+    pub result: String,
+    /// `MainPID` (0 when not running).
+    pub main_pid: u32,
+    /// `InvocationID` as hex; a new one for every start of the unit.
+    pub invocation_id: String,
+    /// `NRestarts`: automatic restarts only (`Restart=`), not restarts asked for.
+    pub n_restarts: u32,
+}
+
+impl UnitState {
+    /// `active/running (result success)`, for messages.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}/{} (result {})",
+            self.active_state,
+            self.sub_state,
+            if self.result.is_empty() {
+                "-"
+            } else {
+                &self.result
+            }
+        )
+    }
+}
+
+/// What a restart did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartOutcome {
+    /// The job's result from `JobRemoved`: `done`, `failed`, `timeout`, `canceled`,
+    /// `dependency` or `skipped`. [`ServiceManager::restart_unit`] returns an outcome only
+    /// for `done`; every other result is an error carrying it.
+    pub job_result: String,
+    /// From the `RestartUnit` call to the job's `JobRemoved` signal (of the last attempt).
+    pub elapsed: Duration,
+    /// The unit's state right after the job finished.
+    pub state: UnitState,
+    /// True when the first attempt hit the start limit and the unit was reset and restarted.
+    pub retried_after_start_limit: bool,
+}
+
+/// Why a node edge failed. [`NodeError::reason`] is stable: it becomes the Shim condition's
+/// `reason` and a metric label.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The restart job finished with a result other than `done`.
+    #[error("restart of {unit} failed: job result `{job_result}`, unit now {}", .state.summary())]
+    RestartFailed {
+        /// The unit.
+        unit: String,
+        /// The job's result (`failed`, `timeout`, `canceled`, `dependency`, `skipped`).
+        job_result: String,
+        /// The unit's state after the job (boxed: keeps the error small).
+        state: Box<UnitState>,
+    },
+    /// No `JobRemoved` for the restart job in time.
+    #[error("restart of {unit} did not finish within {} s (job {job})", .timeout.as_secs_f64())]
+    RestartTimeout {
+        /// The unit.
+        unit: String,
+        /// The job's object path.
+        job: String,
+        /// The timeout that passed.
+        timeout: Duration,
+    },
+    /// The start limit was hit again after `ResetFailedUnit` and one more restart.
+    #[error(
+        "restart of {unit} hit systemd's start limit even after ResetFailedUnit and one retry \
+         (job result `{job_result}`, unit now {}); check StartLimitBurst/StartLimitIntervalSec",
+        .state.summary()
+    )]
+    StartLimitHit {
+        /// The unit.
+        unit: String,
+        /// The job's result of the retry.
+        job_result: String,
+        /// The unit's state after the retry.
+        state: Box<UnitState>,
+    },
+    /// The CRI does not answer, or its RuntimeService is not there (the CRI plugin did not
+    /// load).
+    #[error("containerd's CRI on {socket} is not available: {detail}")]
+    CriUnavailable {
+        /// The socket dialled.
+        socket: String,
+        /// What happened (connect error, timeout, gRPC status).
+        detail: String,
+        /// True when containerd answered but the CRI service is unimplemented.
+        plugin_not_loaded: bool,
+    },
+    /// The CRI answers but reports `RuntimeReady` false.
+    #[error("containerd reports the CRI runtime not ready: {detail}")]
+    RuntimeNotReady {
+        /// The condition's reason and message.
+        detail: String,
+    },
+    /// The CRI is ready but does not list the handler.
+    #[error(
+        "containerd does not serve runtime handler `{handler}` (it serves: {})",
+        if .present.is_empty() { "none".to_string() } else { .present.join(", ") }
+    )]
+    HandlerMissing {
+        /// The handler looked for.
+        handler: String,
+        /// The handlers containerd listed.
+        present: Vec<String>,
+    },
+    /// The verbose CRI info could not be read.
+    #[error("cannot read containerd's verbose CRI info: {detail}")]
+    CriInfo {
+        /// What was wrong with it.
+        detail: String,
+    },
+    /// A D-Bus call failed (no bus, access denied, no such unit, ...).
+    #[error("D-Bus call {call} failed")]
+    Dbus {
+        /// The method and its main argument.
+        call: String,
+        /// zbus's error.
+        #[source]
+        source: zbus::Error,
+    },
+}
+
+impl NodeError {
+    /// Stable machine-readable reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            NodeError::RestartFailed { .. } => "RestartFailed",
+            NodeError::RestartTimeout { .. } => "RestartTimeout",
+            NodeError::StartLimitHit { .. } => "StartLimitHit",
+            NodeError::CriUnavailable { .. } => "CriUnavailable",
+            NodeError::RuntimeNotReady { .. } => "RuntimeNotReady",
+            NodeError::HandlerMissing { .. } => "HandlerMissing",
+            NodeError::CriInfo { .. } => "CriInfo",
+            NodeError::Dbus { .. } => "Dbus",
+        }
+    }
+}
+
+/// The port to the service manager that runs containerd.
+pub trait ServiceManager {
+    /// Restart `unit` (mode `replace`) and wait up to `timeout` for the job's result.
+    ///
+    /// Returns the outcome when the job is `done`. A start refused because of the start limit
+    /// (`Result=start-limit-hit`) is retried once after resetting the unit's failed state.
+    /// Errors: [`NodeError::RestartFailed`], [`NodeError::RestartTimeout`],
+    /// [`NodeError::StartLimitHit`], [`NodeError::Dbus`].
+    fn restart_unit(
+        &self,
+        unit: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<RestartOutcome, NodeError>> + Send;
+
+    /// The unit's current state (loads the unit if needed).
+    fn unit_state(&self, unit: &str) -> impl Future<Output = Result<UnitState, NodeError>> + Send;
+
+    /// Clear the unit's failed state and its start-rate counter (`ResetFailedUnit`).
+    fn reset_failed(&self, unit: &str) -> impl Future<Output = Result<(), NodeError>> + Send;
+}
+
+/// What containerd's CRI says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CriStatus {
+    /// The `RuntimeReady` condition.
+    pub runtime_ready: bool,
+    /// Reason and message of `RuntimeReady` when it is false.
+    pub runtime_detail: String,
+    /// The `NetworkReady` condition (false without a CNI config; not needed for handlers).
+    pub network_ready: bool,
+    /// Runtime handler names, sorted (the default handler's empty name is left out).
+    pub handlers: Vec<String>,
+    /// Where `handlers` came from.
+    pub handler_source: HandlerSource,
+}
+
+/// The port to the container runtime's own view of its health.
+pub trait RuntimeHealth {
+    /// One CRI `Status` call (verbose), bounded by `timeout`.
+    fn status(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<CriStatus, NodeError>> + Send;
+
+    /// Ask until the runtime is ready and lists `handler`, for at most `timeout`.
+    ///
+    /// Fails at once with [`NodeError::CriUnavailable`] when containerd answers that the CRI
+    /// service is unimplemented (the CRI plugin failed to load: it will not recover without
+    /// a config fix and a restart). Otherwise, at the deadline, fails with the last reason
+    /// seen: [`NodeError::CriUnavailable`], [`NodeError::RuntimeNotReady`] or
+    /// [`NodeError::HandlerMissing`].
+    fn wait_for_handler(
+        &self,
+        handler: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<CriStatus, NodeError>> + Send
+    where
+        Self: Sync,
+    {
+        async move {
+            let deadline = Instant::now() + timeout;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let call = left.min(Duration::from_millis(STATUS_CALL_TIMEOUT_MS));
+                let err = match self.status(call.max(Duration::from_millis(1))).await {
+                    Ok(st) => match check_handler(&st, handler) {
+                        Ok(()) => return Ok(st),
+                        Err(e) => e,
+                    },
+                    Err(
+                        e @ NodeError::CriUnavailable {
+                            plugin_not_loaded: true,
+                            ..
+                        },
+                    ) => return Err(e),
+                    Err(e) => e,
+                };
+                if Instant::now() >= deadline {
+                    return Err(err);
+                }
+                tokio::time::sleep(Duration::from_millis(HANDLER_POLL_INTERVAL_MS)).await;
+            }
+        }
+    }
+}
+
+/// Whether a status shows the runtime ready and serving `handler`.
+pub fn check_handler(status: &CriStatus, handler: &str) -> Result<(), NodeError> {
+    if !status.runtime_ready {
+        return Err(NodeError::RuntimeNotReady {
+            detail: status.runtime_detail.clone(),
+        });
+    }
+    if !status.handlers.iter().any(|h| h == handler) {
+        return Err(NodeError::HandlerMissing {
+            handler: handler.to_string(),
+            present: status.handlers.clone(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(handlers: &[&str]) -> CriStatus {
+        CriStatus {
+            runtime_ready: true,
+            handlers: handlers.iter().map(|h| h.to_string()).collect(),
+            ..CriStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_listed_handler_on_a_ready_runtime_passes() {
+        assert!(check_handler(&ready(&["runc", "spin"]), "spin").is_ok());
+    }
+
+    #[test]
+    fn a_missing_handler_names_what_is_there() {
+        let e = check_handler(&ready(&["runc"]), "spin").unwrap_err();
+        assert_eq!(e.reason(), "HandlerMissing");
+        assert_eq!(
+            e.to_string(),
+            "containerd does not serve runtime handler `spin` (it serves: runc)"
+        );
+    }
+
+    #[test]
+    fn a_runtime_not_ready_fails_even_with_the_handler_listed() {
+        let st = CriStatus {
+            runtime_ready: false,
+            runtime_detail: "NotReady: boom".into(),
+            ..ready(&["spin"])
+        };
+        assert_eq!(
+            check_handler(&st, "spin").unwrap_err().reason(),
+            "RuntimeNotReady"
+        );
+    }
+
+    #[test]
+    fn restart_errors_name_the_unit_and_the_job_result() {
+        let e = NodeError::RestartFailed {
+            unit: "containerd.service".into(),
+            job_result: "failed".into(),
+            state: Box::new(UnitState {
+                active_state: "activating".into(),
+                sub_state: "auto-restart".into(),
+                result: "exit-code".into(),
+                ..UnitState::default()
+            }),
+        };
+        assert_eq!(
+            e.to_string(),
+            "restart of containerd.service failed: job result `failed`, unit now \
+             activating/auto-restart (result exit-code)"
+        );
+        assert_eq!(e.reason(), "RestartFailed");
+    }
+}

@@ -1,0 +1,242 @@
+//! Harness for tests against the real systemd and containerd of the node env
+//! (`.ci/node-env/`: a Debian bookworm rootfs booted with systemd-nspawn).
+//!
+//! # Finding the env
+//! `INFRA_ROOT`, `DBUS_SYSTEM_BUS_ADDRESS` and `CONTAINERD_ADDRESS` from the environment when
+//! `INFRA_ROOT` is set, else the env file `boot.sh` writes
+//! (`/var/tmp/node-env/run/infractd/env`). Without a reachable env a test is **skipped** with
+//! a printed reason, unless `SHIM_AGENT_REQUIRE_NODE_ENV=1` (CI sets it): then it fails.
+//!
+//! # Guarantees
+//! - Node tests run one at a time: [`NodeEnv`] holds an exclusive file lock in the env's run
+//!   directory for the whole test, across test binaries too.
+//! - Every test starts from the same node: Debian's `config.toml` restored from
+//!   `config.toml.dist`, test drop-ins removed, the base drop-in (no start limit) installed,
+//!   `Reload`, `ResetFailedUnit`, a restart that must be `done`, and CRI serving `runc`.
+//!
+//! # Caveats
+//! A test's own drop-ins and config stay in place after it until the next test's reset;
+//! `boot.sh` starts every run from a fresh copy of the base rootfs.
+
+#![allow(dead_code)] // each test binary uses its own part of the harness
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use shim_agent::hostroot::HostRoot;
+use shim_agent::node::{CriClient, RuntimeHealth, ServiceManager, SystemdDbus};
+
+/// The unit the node env runs containerd as.
+pub const UNIT: &str = "containerd.service";
+/// Restart timeout used by the tests (the agent's default is 90 s).
+pub const RESTART_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long CRI may take to serve a handler after a restart.
+pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Where `boot.sh` writes the env file.
+pub const ENV_FILE: &str = "/var/tmp/node-env/run/infractd/env";
+/// containerd's drop-in directory for unit files, relative to the root.
+const DROPIN_DIR: &str = "etc/systemd/system/containerd.service.d";
+/// Every drop-in a test writes has this in its name; reset removes them all.
+const TEST_DROPIN_MARK: &str = "shim-agent-test";
+/// The drop-in every test starts with: tests restart often, and systemd's default limit
+/// (5 starts in 10 s) would make a later test fail with `start-limit-hit`.
+const BASE_DROPIN: (&str, &str) = (
+    "50-shim-agent-test-base.conf",
+    "[Unit]\nStartLimitIntervalSec=0\n",
+);
+
+/// A locked, freshly reset node env.
+pub struct NodeEnv {
+    /// The container's root directory on the host (`$INFRA_ROOT`).
+    pub root: PathBuf,
+    /// The container's system bus.
+    pub systemd: SystemdDbus,
+    /// containerd's CRI.
+    pub cri: CriClient,
+    _lock: File,
+}
+
+struct Found {
+    root: PathBuf,
+    bus: String,
+    socket: PathBuf,
+    run_dir: PathBuf,
+}
+
+fn parse_env_file(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn find_env() -> Result<Found, String> {
+    let vars: HashMap<String, String> = if std::env::var_os("INFRA_ROOT").is_some() {
+        std::env::vars().collect()
+    } else {
+        let text = std::fs::read_to_string(ENV_FILE).map_err(|e| {
+            format!(
+                "no node env: INFRA_ROOT is not set and {ENV_FILE} cannot be read ({e}); \
+                 start one with `.ci/node-env/make-rootfs.sh && .ci/node-env/boot.sh` (root)"
+            )
+        })?;
+        parse_env_file(&text)
+    };
+    let get = |k: &str| {
+        vars.get(k)
+            .filter(|v| !v.is_empty())
+            .cloned()
+            .ok_or_else(|| format!("node env: {k} is not set"))
+    };
+    let found = Found {
+        root: PathBuf::from(get("INFRA_ROOT")?),
+        bus: get("DBUS_SYSTEM_BUS_ADDRESS")?,
+        socket: PathBuf::from(get("CONTAINERD_ADDRESS")?),
+        run_dir: vars
+            .get("INFRA_RUN")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir),
+    };
+    if !found.root.join("etc/containerd/config.toml.dist").is_file() {
+        return Err(format!(
+            "node env: {} has no etc/containerd/config.toml.dist",
+            found.root.display()
+        ));
+    }
+    Ok(found)
+}
+
+fn skip_or_fail(test: &str, reason: &str) -> Option<NodeEnv> {
+    if std::env::var("SHIM_AGENT_REQUIRE_NODE_ENV").as_deref() == Ok("1") {
+        panic!("{test}: the node env is required (SHIM_AGENT_REQUIRE_NODE_ENV=1): {reason}");
+    }
+    eprintln!("SKIPPED {test}: {reason}");
+    None
+}
+
+/// The node env for `test`, locked and reset; `None` (after printing why) when there is none
+/// and it is not required.
+pub async fn node_env(test: &str) -> Option<NodeEnv> {
+    let found = match find_env() {
+        Ok(f) => f,
+        Err(reason) => return skip_or_fail(test, &reason),
+    };
+    let systemd = match SystemdDbus::connect_address(&found.bus).await {
+        Ok(s) => s,
+        Err(e) => {
+            let reason = format!("node env: cannot reach its system bus: {}", chain(&e));
+            return skip_or_fail(test, &reason);
+        }
+    };
+    let lock_path = found.run_dir.join("shim-agent-node-tests.lock");
+    let lock = File::create(&lock_path)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", lock_path.display()));
+    lock.lock()
+        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", lock_path.display()));
+    let env = NodeEnv {
+        root: found.root,
+        systemd,
+        cri: CriClient::new(found.socket),
+        _lock: lock,
+    };
+    env.reset().await;
+    Some(env)
+}
+
+/// An error and its sources on one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s = format!("{s}: {c}");
+        cur = c.source();
+    }
+    s
+}
+
+impl NodeEnv {
+    /// The host root of the container, for the config engine.
+    pub fn host_root(&self) -> HostRoot {
+        HostRoot::new(&self.root).expect("INFRA_ROOT is a directory")
+    }
+
+    /// containerd's config file, seen from the host.
+    pub fn config_file(&self) -> PathBuf {
+        self.root.join("etc/containerd/config.toml")
+    }
+
+    fn dropin_dir(&self) -> PathBuf {
+        self.root.join(DROPIN_DIR)
+    }
+
+    /// Back to the node every test starts from (see the module's Guarantees).
+    pub async fn reset(&self) {
+        std::fs::copy(
+            self.root.join("etc/containerd/config.toml.dist"),
+            self.config_file(),
+        )
+        .expect("restore config.toml from config.toml.dist");
+        self.remove_dropins();
+        self.write_dropin_file(BASE_DROPIN.0, BASE_DROPIN.1);
+        self.systemd.reload().await.expect("Manager.Reload");
+        self.systemd
+            .reset_failed(UNIT)
+            .await
+            .expect("ResetFailedUnit");
+        let out = self
+            .systemd
+            .restart_unit(UNIT, RESTART_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("reset: {}", chain(&e)));
+        assert_eq!(out.state.active_state, "active", "reset: {out:?}");
+        self.cri
+            .wait_for_handler("runc", VERIFY_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("reset: CRI does not serve runc: {}", chain(&e)));
+    }
+
+    fn remove_dropins(&self) {
+        let Ok(entries) = std::fs::read_dir(self.dropin_dir()) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().contains(TEST_DROPIN_MARK) {
+                std::fs::remove_file(e.path()).expect("remove a test drop-in");
+            }
+        }
+    }
+
+    fn write_dropin_file(&self, file: &str, text: &str) {
+        std::fs::create_dir_all(self.dropin_dir()).expect("create the drop-in dir");
+        std::fs::write(self.dropin_dir().join(file), text).expect("write a drop-in");
+    }
+
+    /// Install a test drop-in for containerd.service (`60-shim-agent-test-<name>.conf`,
+    /// after the base one) and `Reload`.
+    pub async fn add_unit_dropin(&self, name: &str, text: &str) {
+        self.write_dropin_file(&format!("60-{TEST_DROPIN_MARK}-{name}.conf"), text);
+        self.systemd.reload().await.expect("Manager.Reload");
+    }
+
+    /// Remove a drop-in added with [`NodeEnv::add_unit_dropin`] and `Reload`.
+    pub async fn remove_unit_dropin(&self, name: &str) {
+        let p = self
+            .dropin_dir()
+            .join(format!("60-{TEST_DROPIN_MARK}-{name}.conf"));
+        std::fs::remove_file(&p).expect("remove a test drop-in");
+        self.systemd.reload().await.expect("Manager.Reload");
+    }
+
+    /// Run a command inside the container (`.ci/node-env/exec.sh`).
+    pub fn exec(&self, args: &[&str]) -> Output {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/node-env/exec.sh");
+        std::process::Command::new(script)
+            .args(args)
+            .output()
+            .expect("run .ci/node-env/exec.sh")
+    }
+}
