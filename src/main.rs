@@ -6,7 +6,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use shim_agent::hostroot::HostRoot;
-use shim_agent::{api, artifact, cmd_containerd, install, settings};
+use shim_agent::node::{CriClient, SystemdDbus};
+use shim_agent::settings::Settings;
+use shim_agent::state::Origin;
+use shim_agent::txn::live::{Change, Node};
+use shim_agent::txn::real::{CriHealth, SystemdRestarter};
+use shim_agent::{api, artifact, cmd_containerd, daemon, install, profile, settings};
 
 /// shim-agent installs containerd shims on this node and registers their runtime handlers.
 ///
@@ -46,6 +51,9 @@ enum Command {
     Uninstall(UninstallArgs),
     /// List the shims installed on this node (or in an image root).
     Status(StatusArgs),
+    /// Keep this node matching the static Shims in /etc/shim-agent/shims.d/*.yaml (re-read on
+    /// change), repair drift, adopt offline installs. Runs until SIGTERM.
+    Run(RunArgs),
     /// Inspect or edit containerd's config directly (no restart, no state).
     #[command(subcommand)]
     Containerd(cmd_containerd::ContainerdCmd),
@@ -56,6 +64,17 @@ struct RootArg {
     /// Image root to work in (a mounted node image); every path is taken under it.
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    /// With --root: the root is a live node's (a container's): restart its containerd over
+    /// D-Bus (DBUS_SYSTEM_BUS_ADDRESS) and verify through CRI (CONTAINERD_ADDRESS, else the
+    /// profile's socket under the root).
+    #[arg(long, requires = "root")]
+    live: bool,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    root: RootArg,
 }
 
 #[derive(Args, Debug)]
@@ -88,6 +107,10 @@ struct StatusArgs {
 }
 
 fn main() -> ExitCode {
+    // With the `failpoints` feature, FAILPOINTS="txn::applied=panic;..." arms failpoints
+    // (tests kill the agent there); without it this is a no-op.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -105,13 +128,66 @@ fn host_root(arg: &RootArg) -> anyhow::Result<HostRoot> {
     }
 }
 
-fn live_node_not_yet(root: &HostRoot, what: &str) -> anyhow::Result<()> {
-    if root.is_system() {
-        anyhow::bail!(
-            "`{what}` on a live node (restart containerd, verify, roll back) is not available in this build; use --root DIR for an image root"
-        );
+fn is_live(arg: &RootArg) -> bool {
+    arg.root.is_none() || arg.live
+}
+
+/// The node as seen from here: systemd on the system bus, containerd's CRI socket.
+async fn live_node<'a>(
+    root: &'a HostRoot,
+    settings: &'a Settings,
+    origin: Origin,
+) -> anyhow::Result<Node<'a, SystemdRestarter, CriHealth>> {
+    let profile = profile::resolve(root, &settings.containerd);
+    let socket = match std::env::var_os("CONTAINERD_ADDRESS") {
+        Some(s) => PathBuf::from(s),
+        None => root.resolve(&profile.socket)?,
+    };
+    let systemd = SystemdDbus::connect_system()
+        .await
+        .context("cannot reach systemd on the system bus")?;
+    let secs = std::time::Duration::from_secs;
+    Ok(Node {
+        root,
+        settings,
+        platform: artifact::node_platform(),
+        origin,
+        restarter: SystemdRestarter {
+            systemd,
+            timeout: secs(settings.containerd.restart_timeout_secs),
+        },
+        health: CriHealth {
+            cri: CriClient::new(socket),
+            timeout: secs(settings.containerd.verify_timeout_secs),
+        },
+        profile,
+    })
+}
+
+fn print_report(r: &shim_agent::txn::live::Report) {
+    for n in &r.installed {
+        println!("installed {n}: containerd serves its handler");
     }
-    Ok(())
+    for n in &r.removed {
+        println!("uninstalled {n}");
+    }
+    for n in &r.unchanged {
+        println!("{n}: nothing to do");
+    }
+    let phases: Vec<String> = r
+        .phases
+        .iter()
+        .map(|(p, d)| format!("{p:?} {:.0} ms", d.as_secs_f64() * 1000.0))
+        .collect();
+    if !phases.is_empty() {
+        println!("phases: {}", phases.join(", "));
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -125,70 +201,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Crd => print!("{}", api::manifests::crd_yaml()?),
         Command::Manifests => print!("{}", api::manifests::manifests_yaml()?),
         Command::Containerd(cmd) => cmd_containerd::run(cmd, &HostRoot::system())?,
-        Command::Install(args) => {
-            let root = host_root(&args.root)?;
-            live_node_not_yet(&root, "install")?;
-            let text = std::fs::read_to_string(&args.file)
-                .with_context(|| format!("cannot read {}", args.file.display()))?;
-            let shims = api::load::parse_shims(&text, &args.file.display().to_string())?;
-            let platform = match &args.platform {
-                Some(p) => {
-                    let (os, arch) = p.split_once('/').with_context(|| {
-                        format!("--platform {p:?}: expected os/arch, e.g. linux/arm64")
-                    })?;
-                    artifact::Platform::new(os, arch)
-                }
-                None => artifact::node_platform(),
-            };
-            let opts = install::InstallOptions {
-                platform,
-                progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            };
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            for shim in &shims {
-                match rt
-                    .block_on(install::install_offline(&root, &settings, shim, &opts))
-                    .with_context(|| {
-                        format!(
-                            "install of Shim {:?} failed; {} is unchanged",
-                            shim.name(),
-                            root.path().display()
-                        )
-                    })? {
-                    install::InstallOutcome::Installed {
-                        binary,
-                        config_files,
-                        upgraded,
-                    } => println!(
-                        "{} {}: handler {} -> {}; config {}; pending verification on first boot",
-                        if upgraded { "upgraded" } else { "installed" },
-                        shim.name(),
-                        shim.handler(),
-                        binary,
-                        config_files.join(", ")
-                    ),
-                    install::InstallOutcome::Unchanged => {
-                        println!("{}: already installed, nothing to do", shim.name())
-                    }
-                }
-            }
-        }
-        Command::Uninstall(args) => {
-            let root = host_root(&args.root)?;
-            live_node_not_yet(&root, "uninstall")?;
-            let out = install::uninstall_offline(&root, &settings, &args.name)?;
-            println!("uninstalled {}", args.name);
-            for f in out.restored {
-                println!("  {f}: restored to its bytes from before the install");
-            }
-            for f in out.changed_since {
-                println!(
-                    "  {f}: changed by someone else since the install; only the handler was removed"
-                );
-            }
-        }
+        Command::Install(args) => cmd_install(&settings, args)?,
+        Command::Uninstall(args) => cmd_uninstall(&settings, args)?,
+        Command::Run(args) => cmd_run(&settings, args)?,
         Command::Status(args) => {
             let root = host_root(&args.root)?;
             let state = install::read_state(&root, &settings)?;
@@ -200,6 +215,121 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {
+    let root = host_root(&args.root)?;
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let shims = api::load::parse_shims(&text, &args.file.display().to_string())?;
+    let platform = match &args.platform {
+        Some(p) => {
+            let (os, arch) = p
+                .split_once('/')
+                .with_context(|| format!("--platform {p:?}: expected os/arch, e.g. linux/arm64"))?;
+            artifact::Platform::new(os, arch)
+        }
+        None => artifact::node_platform(),
+    };
+    let rt = runtime()?;
+    if is_live(&args.root) {
+        let changes = shims
+            .into_iter()
+            .map(|s| Change::Install(Box::new(s)))
+            .collect();
+        let report = rt.block_on(async {
+            live_node(&root, settings, Origin::Cli)
+                .await?
+                .apply(changes)
+                .await
+        })?;
+        print_report(&report);
+        return Ok(());
+    }
+    let opts = install::InstallOptions {
+        platform,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    for shim in &shims {
+        let outcome = rt
+            .block_on(install::install_offline(&root, settings, shim, &opts))
+            .with_context(|| {
+                format!(
+                    "install of Shim {:?} failed; {} is unchanged",
+                    shim.name(),
+                    root.path().display()
+                )
+            })?;
+        match outcome {
+            install::InstallOutcome::Installed {
+                binary,
+                config_files,
+                upgraded,
+            } => println!(
+                "{} {}: handler {} -> {}; config {}; pending verification on first boot",
+                if upgraded { "upgraded" } else { "installed" },
+                shim.name(),
+                shim.handler(),
+                binary,
+                config_files.join(", ")
+            ),
+            install::InstallOutcome::Unchanged => {
+                println!("{}: already installed, nothing to do", shim.name())
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cmd_uninstall(settings: &Settings, args: UninstallArgs) -> anyhow::Result<()> {
+    let root = host_root(&args.root)?;
+    if is_live(&args.root) {
+        let change = vec![Change::Uninstall(args.name.clone())];
+        let report = runtime()?.block_on(async {
+            live_node(&root, settings, Origin::Cli)
+                .await?
+                .apply(change)
+                .await
+        })?;
+        if report.removed.is_empty() {
+            anyhow::bail!("no Shim named {:?} is installed on this node", args.name);
+        }
+        print_report(&report);
+        return Ok(());
+    }
+    let out = install::uninstall_offline(&root, settings, &args.name)?;
+    println!("uninstalled {}", args.name);
+    for f in out.restored {
+        println!("  {f}: restored to its bytes from before the install");
+    }
+    for f in out.changed_since {
+        println!("  {f}: changed by someone else since the install; only the handler was removed");
+    }
+    Ok(())
+}
+
+fn cmd_run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
+    let root = host_root(&args.root)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let node = live_node(&root, settings, Origin::Static).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            tracing::info!("stopping");
+            let _ = tx.send(()).await;
+        });
+        tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (static Shims)");
+        daemon::run(&node, rx).await
+    })
 }
 
 fn init_logging(level: &str) {

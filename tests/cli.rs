@@ -114,17 +114,47 @@ fn install_refuses_a_file_that_is_not_a_shim() {
 }
 
 #[test]
-fn live_node_install_is_refused_until_the_transaction_engine_lands() {
+fn live_install_without_a_reachable_systemd_fails_before_touching_the_node() {
     let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    std::fs::write(root.join("etc/containerd/config.toml"), "version = 2\n").unwrap();
     let f = d.path().join("shim.yaml");
-    std::fs::write(&f, "x: y\n").unwrap();
-    let out = shim_agent(&["install", "-f", f.to_str().unwrap()]);
+    std::fs::write(
+        &f,
+        format!(
+            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: demo}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///nonexistent\", sha256: {}}}}}\n  runtimeClass: {{name: demo}}\n",
+            "a".repeat(64)
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shim-agent"))
+        .args([
+            "install",
+            "--root",
+            root.to_str().unwrap(),
+            "--live",
+            "-f",
+            f.to_str().unwrap(),
+        ])
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            format!("unix:path={}/no-bus", d.path().display()),
+        )
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("--root"),
+        text(&out.stderr).contains("cannot reach systemd"),
         "{}",
         text(&out.stderr)
     );
+    let mut names: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["etc"], "nothing created in the node");
 }
 
 #[test]

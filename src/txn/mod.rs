@@ -5,3 +5,4 @@
 
 pub mod live;
 pub mod machine;
+pub mod real;

@@ -1,0 +1,92 @@
+//! The live transaction's ports on a real node: systemd over D-Bus restarts containerd, and
+//! containerd's own CRI `Status` says whether it serves the handlers.
+
+use std::time::{Duration, Instant};
+
+use super::live::{HealthCheck, Restarter};
+use crate::node::{CriClient, NodeError, RuntimeHealth, ServiceManager, SystemdDbus};
+
+/// [`Restarter`] through systemd's D-Bus API.
+pub struct SystemdRestarter {
+    pub systemd: SystemdDbus,
+    pub timeout: Duration,
+}
+
+impl Restarter for SystemdRestarter {
+    async fn restart(&self, unit: &str) -> Result<(), String> {
+        let out = self
+            .systemd
+            .restart_unit(unit, self.timeout)
+            .await
+            .map_err(|e| describe(&e))?;
+        tracing::info!(unit, job = %out.job_result, elapsed_ms = out.elapsed.as_millis() as u64, state = %out.state.summary(), "containerd restarted");
+        Ok(())
+    }
+}
+
+/// [`HealthCheck`] through CRI: the runtime is ready, every expected handler is listed and
+/// none of the removed ones is.
+pub struct CriHealth {
+    pub cri: CriClient,
+    pub timeout: Duration,
+}
+
+fn describe(e: &NodeError) -> String {
+    format!("{e} [{}]", e.reason())
+}
+
+impl HealthCheck for CriHealth {
+    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+        let deadline = Instant::now() + self.timeout;
+        for h in present {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.cri
+                .wait_for_handler(h, left.max(Duration::from_millis(1)))
+                .await
+                .map_err(|e| describe(&e))?;
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let st = match self
+                .cri
+                .status(left.clamp(Duration::from_millis(1), Duration::from_secs(2)))
+                .await
+            {
+                Ok(st) => st,
+                // CRI answers "not initialized yet" for a moment after a restart: ask again,
+                // unless the plugin did not load at all (that needs a config fix).
+                Err(
+                    e @ NodeError::CriUnavailable {
+                        plugin_not_loaded: true,
+                        ..
+                    },
+                ) => return Err(describe(&e)),
+                Err(e) if Instant::now() >= deadline => return Err(describe(&e)),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if !st.runtime_ready {
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "containerd's runtime is not ready: {}",
+                        st.runtime_detail
+                    ));
+                }
+            } else {
+                let still: Vec<&String> =
+                    absent.iter().filter(|h| st.handlers.contains(h)).collect();
+                if still.is_empty() {
+                    return Ok(());
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "containerd still serves removed handler(s) {still:?}"
+                    ));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

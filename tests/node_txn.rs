@@ -1,0 +1,528 @@
+//! Live transactions against the real systemd 252 and containerd 1.6.20 of the node env
+//! (`.ci/node-env/`). The agent runs on the host with the container's root as its HostRoot,
+//! the container's system bus and containerd's socket: exactly the code a node runs, with
+//! paths under a root. Skipped with a reason when no node env runs, unless
+//! `SHIM_AGENT_REQUIRE_NODE_ENV=1` (CI).
+
+mod node_env;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use node_env::{NodeEnv, RESTART_TIMEOUT, UNIT, VERIFY_TIMEOUT, node_env};
+use shim_agent::api::load::parse_shims;
+use shim_agent::artifact::node_platform;
+use shim_agent::hostroot::HostRoot;
+use shim_agent::node::{RuntimeHealth, ServiceManager};
+use shim_agent::profile;
+use shim_agent::settings::Settings;
+use shim_agent::state::{NodeState, Origin};
+use shim_agent::txn::live::{Change, Node};
+use shim_agent::txn::real::{CriHealth, SystemdRestarter};
+use support::{Entry, sha256_hex, tar_gz};
+
+/// Remove everything an earlier test's agent left in the container.
+fn clean_agent_files(env: &NodeEnv) {
+    for p in ["var/lib/shim-agent", "opt/shim-agent", "etc/shim-agent"] {
+        let _ = std::fs::remove_dir_all(env.root.join(p));
+    }
+}
+
+/// Debian's runc shim packaged as `containerd-shim-demo-v2` in a .tar.gz on the host.
+fn demo_artifact(env: &NodeEnv, dir: &Path) -> (String, String) {
+    let shim = std::fs::read(env.root.join("usr/bin/containerd-shim-runc-v2"))
+        .expect("runc shim in the rootfs");
+    let bytes = tar_gz(&[
+        Entry::Dir("bin/"),
+        Entry::File("bin/containerd-shim-demo-v2", shim, 0o755),
+    ]);
+    let p = dir.join("demo.tar.gz");
+    std::fs::write(&p, &bytes).unwrap();
+    (format!("file://{}", p.display()), sha256_hex(&bytes))
+}
+
+fn demo_yaml(url: &str, sha: &str) -> String {
+    format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: demo}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: demo}}\n  runtime: {{options: {{BinaryName: /usr/sbin/runc}}}}\n"
+    )
+}
+
+fn real_node<'a>(
+    env: &NodeEnv,
+    root: &'a HostRoot,
+    settings: &'a Settings,
+) -> Node<'a, SystemdRestarter, CriHealth> {
+    Node {
+        root,
+        settings,
+        profile: profile::builtin("containerd"),
+        platform: node_platform(),
+        origin: Origin::Cli,
+        restarter: SystemdRestarter {
+            systemd: env.systemd.clone(),
+            timeout: RESTART_TIMEOUT,
+        },
+        health: CriHealth {
+            cri: env.cri.clone(),
+            timeout: VERIFY_TIMEOUT,
+        },
+    }
+}
+
+fn install_change(yaml: &str) -> Vec<Change> {
+    parse_shims(yaml, "demo.yaml")
+        .unwrap()
+        .into_iter()
+        .map(|s| Change::Install(Box::new(s)))
+        .collect()
+}
+
+fn read_state(root: &HostRoot) -> NodeState {
+    shim_agent::install::read_state(root, &Settings::default()).unwrap()
+}
+
+async fn invocation(env: &NodeEnv) -> String {
+    env.systemd
+        .unit_state(UNIT)
+        .await
+        .expect("unit state")
+        .invocation_id
+}
+
+#[tokio::test]
+async fn install_restarts_over_dbus_cri_serves_the_handler_and_ctr_runs_through_the_new_shim() {
+    let Some(env) = node_env("txn_install").await else {
+        return;
+    };
+    clean_agent_files(&env);
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, sha) = demo_artifact(&env, tmp.path());
+    let root = env.host_root();
+    let settings = Settings::default();
+    let original = std::fs::read(env.config_file()).unwrap();
+    let before = invocation(&env).await;
+
+    let report = real_node(&env, &root, &settings)
+        .apply(install_change(&demo_yaml(&url, &sha)))
+        .await
+        .unwrap();
+    assert_eq!(report.installed, ["demo"]);
+    assert_ne!(invocation(&env).await, before, "containerd was restarted");
+    let st = env.cri.status(Duration::from_secs(2)).await.unwrap();
+    assert!(
+        st.runtime_ready
+            && st.handlers.contains(&"demo".to_string())
+            && st.handlers.contains(&"runc".to_string()),
+        "{st:?}"
+    );
+
+    // a container through the new shim, by its runtime (the installed binary's path)
+    let bin = read_state(&root).shims["demo"].binary.clone();
+    let out = env.exec(&[
+        "ctr",
+        "run",
+        "--rm",
+        "--cpu-shares",
+        "0",
+        "--runtime",
+        &bin,
+        "--rootfs",
+        "/srv/bbroot",
+        "demo-ctr",
+        "/bin/echo",
+        "hello-from-demo-shim",
+    ]);
+    assert!(
+        out.status.success(),
+        "ctr run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hello-from-demo-shim"));
+
+    // nothing changed: no restart
+    let inv = invocation(&env).await;
+    let report = real_node(&env, &root, &settings)
+        .apply(install_change(&demo_yaml(&url, &sha)))
+        .await
+        .unwrap();
+    assert_eq!(report.unchanged, ["demo"]);
+    assert_eq!(
+        invocation(&env).await,
+        inv,
+        "no restart when nothing changed"
+    );
+
+    // uninstall: the exact original bytes, containerd no longer serves the handler
+    let report = real_node(&env, &root, &settings)
+        .apply(vec![Change::Uninstall("demo".into())])
+        .await
+        .unwrap();
+    assert_eq!(report.removed, ["demo"]);
+    assert_eq!(std::fs::read(env.config_file()).unwrap(), original);
+    assert!(!root.resolve(&bin).unwrap().exists());
+    let st = env.cri.status(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(st.handlers, ["runc"]);
+}
+
+#[tokio::test]
+async fn a_restart_refused_by_the_unit_is_rolled_back_and_the_error_names_the_result() {
+    let Some(env) = node_env("txn_failed_restart").await else {
+        return;
+    };
+    clean_agent_files(&env);
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, sha) = demo_artifact(&env, tmp.path());
+    let root = env.host_root();
+    let settings = Settings::default();
+    let original = std::fs::read(env.config_file()).unwrap();
+    // refuse any config that names the new handler (a site policy check, say)
+    env.add_unit_dropin(
+        "refuse-demo",
+        "[Service]\nExecStartPre=/bin/sh -c '! grep -q \"handler demo\" /etc/containerd/config.toml'\n",
+    )
+    .await;
+    let e = format!(
+        "{:#}",
+        real_node(&env, &root, &settings)
+            .apply(install_change(&demo_yaml(&url, &sha)))
+            .await
+            .unwrap_err()
+    );
+    assert!(
+        e.contains("containerd.service") && e.contains("failed") && e.contains("rolled back"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(env.config_file()).unwrap(),
+        original,
+        "original config bytes"
+    );
+    let unit = env.systemd.unit_state(UNIT).await.unwrap();
+    assert_eq!(unit.active_state, "active", "{unit:?}");
+    env.cri
+        .wait_for_handler("runc", VERIFY_TIMEOUT)
+        .await
+        .expect("CRI serves runc again");
+    let st = read_state(&root);
+    assert!(st.journal.is_none() && st.shims.is_empty(), "{st:?}");
+    env.remove_unit_dropin("refuse-demo").await;
+}
+
+#[tokio::test]
+async fn an_active_containerd_whose_cri_is_broken_is_detected_and_rolled_back() {
+    let Some(env) = node_env("txn_cri_broken").await else {
+        return;
+    };
+    clean_agent_files(&env);
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, sha) = demo_artifact(&env, tmp.path());
+    let root = env.host_root();
+    let settings = Settings::default();
+    let original = std::fs::read(env.config_file()).unwrap();
+    // With the new handler present, make containerd start with a CRI section that fails
+    // validation (default runtime not configured): the unit is active, CRI is not.
+    env.add_unit_dropin(
+        "break-cri",
+        "[Service]\nExecStartPre=/bin/sh -c 'if grep -q \"handler demo\" /etc/containerd/config.toml; then printf \"\\n[plugins.\\\\\"io.containerd.grpc.v1.cri\\\\\".containerd]\\ndefault_runtime_name = \\\\\"nope\\\\\"\\n\" >> /etc/containerd/config.toml; fi'\n",
+    )
+    .await;
+    let e = format!(
+        "{:#}",
+        real_node(&env, &root, &settings)
+            .apply(install_change(&demo_yaml(&url, &sha)))
+            .await
+            .unwrap_err()
+    );
+    assert!(e.contains("rolled back"), "{e}");
+    assert!(
+        e.contains("CriUnavailable")
+            || e.contains("RuntimeNotReady")
+            || e.contains("HandlerMissing"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(env.config_file()).unwrap(), original);
+    assert_eq!(
+        env.systemd.unit_state(UNIT).await.unwrap().active_state,
+        "active"
+    );
+    env.cri
+        .wait_for_handler("runc", VERIFY_TIMEOUT)
+        .await
+        .expect("CRI healthy after the rollback");
+    env.remove_unit_dropin("break-cri").await;
+}
+
+#[cfg(feature = "failpoints")]
+/// The phases a killed agent can leave the journal in, with the failpoint that stops it there.
+const CRASH_POINTS: &[(&str, &str)] = &[
+    ("txn::planned", "planned"),
+    ("txn::slot-acquired", "slot-acquired"),
+    ("txn::staged", "staged"),
+    ("txn::write_config", "staged"),
+    ("txn::applied", "applied"),
+    ("txn::restarted", "restarted"),
+    ("txn::verified", "verified"),
+    ("txn::committed", "committed"),
+];
+
+fn agent(env_vars: &[(&str, String)], args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_shim-agent"));
+    c.args(args).env_remove("SHIM_AGENT_CONFIG");
+    for (k, v) in env_vars {
+        c.env(k, v);
+    }
+    c
+}
+
+#[cfg(feature = "failpoints")]
+fn journal_phase(root: &Path) -> Option<String> {
+    let bytes = std::fs::read(root.join("var/lib/shim-agent/state.json")).ok()?;
+    let st = shim_agent::state::decode_document(&bytes).ok()?;
+    st.journal.map(|j| {
+        serde_json::to_value(j.phase)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string()
+    })
+}
+
+#[cfg(feature = "failpoints")]
+#[tokio::test]
+async fn an_agent_killed_at_any_failpoint_leaves_a_node_the_next_start_makes_consistent() {
+    let Some(env) = node_env("txn_crash").await else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, sha) = demo_artifact(&env, tmp.path());
+    let yaml = tmp.path().join("demo.yaml");
+    std::fs::write(&yaml, demo_yaml(&url, &sha)).unwrap();
+    let bus = std::fs::read_to_string(node_env::ENV_FILE)
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("export DBUS_SYSTEM_BUS_ADDRESS=")
+                    .map(str::to_string)
+            })
+        })
+        .or_else(|| std::env::var("DBUS_SYSTEM_BUS_ADDRESS").ok())
+        .expect("bus address");
+    let vars = vec![
+        ("DBUS_SYSTEM_BUS_ADDRESS", bus),
+        ("CONTAINERD_ADDRESS", env.cri.socket().display().to_string()),
+    ];
+    let root_s = env.root.display().to_string();
+    let original = std::fs::read(env.config_file()).unwrap();
+    for (fp, phase) in CRASH_POINTS {
+        env.reset().await;
+        clean_agent_files(&env);
+        let mut child = agent(
+            &vars,
+            &[
+                "install",
+                "--root",
+                &root_s,
+                "--live",
+                "-f",
+                yaml.to_str().unwrap(),
+            ],
+        )
+        .env("FAILPOINTS", format!("{fp}=sleep(60000)"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+        // wait until the journal on disk shows the phase, then kill -9
+        let mut seen = None;
+        for _ in 0..600 {
+            seen = journal_phase(&env.root);
+            if seen.as_deref() == Some(phase) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            seen.as_deref(),
+            Some(*phase),
+            "{fp}: journal on disk when killed"
+        );
+
+        // start again: the agent recovers from the journal, then converges
+        let out = agent(
+            &vars,
+            &[
+                "install",
+                "--root",
+                &root_s,
+                "--live",
+                "-f",
+                yaml.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{fp}: restart of the agent: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        let root = env.host_root();
+        let st = read_state(&root);
+        assert!(st.journal.is_none(), "{fp}: journal closed");
+        let cfg = String::from_utf8(std::fs::read(env.config_file()).unwrap()).unwrap();
+        for line in cfg.lines() {
+            if let Some(p) = line.trim().strip_prefix("runtime_path = \"") {
+                assert!(
+                    root.resolve(p.trim_end_matches('"')).unwrap().exists(),
+                    "{fp}: config names a missing binary"
+                );
+            }
+        }
+        let rec = &st.shims["demo"];
+        assert_eq!(
+            cfg.matches("/opt/shim-agent/shims/demo/").count(),
+            1,
+            "{fp}: one version in the config"
+        );
+        assert!(cfg.contains(&rec.binary), "{fp}");
+        assert_eq!(
+            env.systemd.unit_state(UNIT).await.unwrap().active_state,
+            "active",
+            "{fp}"
+        );
+        env.cri
+            .wait_for_handler("demo", VERIFY_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("{fp}: {e}"));
+
+        // and an uninstall still gives back the original bytes
+        let out = agent(&vars, &["uninstall", "--root", &root_s, "--live", "demo"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{fp}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(std::fs::read(env.config_file()).unwrap(), original, "{fp}");
+    }
+}
+
+#[tokio::test]
+async fn run_repairs_drift_and_does_not_restart_for_unrelated_changes() {
+    let Some(env) = node_env("txn_run_drift").await else {
+        return;
+    };
+    clean_agent_files(&env);
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, sha) = demo_artifact(&env, tmp.path());
+    let shims_d: PathBuf = env.root.join("etc/shim-agent/shims.d");
+    std::fs::create_dir_all(&shims_d).unwrap();
+    std::fs::write(shims_d.join("demo.yaml"), demo_yaml(&url, &sha)).unwrap();
+    let bus = std::fs::read_to_string(node_env::ENV_FILE)
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("export DBUS_SYSTEM_BUS_ADDRESS=")
+                    .map(str::to_string)
+            })
+        })
+        .or_else(|| std::env::var("DBUS_SYSTEM_BUS_ADDRESS").ok())
+        .expect("bus address");
+    let vars = vec![
+        ("DBUS_SYSTEM_BUS_ADDRESS", bus),
+        ("CONTAINERD_ADDRESS", env.cri.socket().display().to_string()),
+    ];
+    let root_s = env.root.display().to_string();
+    let mut child = agent(&vars, &["run", "--root", &root_s])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+
+    async fn until(what: &str, mut f: impl AsyncFnMut() -> bool) {
+        for _ in 0..150 {
+            if f().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+    let cri = env.cri.clone();
+    until("the static Shim to be served", async || {
+        cri.status(Duration::from_secs(1))
+            .await
+            .is_ok_and(|s| s.handlers.contains(&"demo".to_string()))
+    })
+    .await;
+    let installed_cfg = std::fs::read(env.config_file()).unwrap();
+
+    // unrelated change next to containerd's config: no restart
+    let inv = invocation(&env).await;
+    std::fs::write(env.root.join("etc/containerd/README.local"), "not a config").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        invocation(&env).await,
+        inv,
+        "no restart for an unrelated file"
+    );
+
+    // someone removes the handler: put back, with a restart
+    std::fs::copy(
+        env.root.join("etc/containerd/config.toml.dist"),
+        env.config_file(),
+    )
+    .unwrap();
+    let cfg_path = env.config_file();
+    until("the handler to be put back", async || {
+        std::fs::read(&cfg_path).is_ok_and(|b| b == installed_cfg)
+    })
+    .await;
+    let cri = env.cri.clone();
+    until("containerd to serve demo again", async || {
+        cri.status(Duration::from_secs(1))
+            .await
+            .is_ok_and(|s| s.handlers.contains(&"demo".to_string()))
+    })
+    .await;
+    assert_ne!(
+        invocation(&env).await,
+        inv,
+        "the repair restarted containerd"
+    );
+
+    // the binary is deleted: put back without a restart
+    let inv = invocation(&env).await;
+    let bin = read_state(&env.host_root()).shims["demo"].binary.clone();
+    let local = env.host_root().resolve(&bin).unwrap();
+    std::fs::remove_file(&local).unwrap();
+    until("the binary to be put back", async || local.exists()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        invocation(&env).await,
+        inv,
+        "a binary repair needs no restart"
+    );
+
+    // the Shim file goes: uninstalled, original bytes back
+    std::fs::remove_file(shims_d.join("demo.yaml")).unwrap();
+    let dist = std::fs::read(env.root.join("etc/containerd/config.toml.dist")).unwrap();
+    until("the uninstall", async || {
+        std::fs::read(&cfg_path).is_ok_and(|b| b == dist)
+    })
+    .await;
+    sigterm(child.id());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "run exits 0 on SIGTERM: {status:?}");
+}
+
+/// SIGTERM without a libc dependency: `kill -TERM`.
+fn sigterm(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+}
