@@ -14,9 +14,10 @@
 //! - Unit state is read right after `JobRemoved`; with `Restart=always` a failed unit may
 //!   already have moved on to `activating/auto-restart`, which is what the caller sees.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
+use tokio::time::Instant;
 use zbus::message::Type as MessageType;
 use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant};
 
@@ -118,25 +119,27 @@ impl SystemdDbus {
         .await
         .map_err(dbus_err("AddMatch JobRemoved"))?;
         let started = Instant::now();
-        let reply = self
-            .manager_call("RestartUnit", &(unit, "replace"))
-            .await
-            .map_err(|e| with_call(e, format!("Manager.RestartUnit({unit})")))?;
+        let deadline = started + timeout;
+        let timed_out = |job: String| NodeError::RestartTimeout {
+            unit: unit.to_string(),
+            job,
+            timeout,
+        };
+        let reply = tokio::time::timeout_at(
+            deadline,
+            self.manager_call("RestartUnit", &(unit, "replace")),
+        )
+        .await
+        .map_err(|_| timed_out("none: RestartUnit was not answered".to_string()))?
+        .map_err(|e| with_call(e, format!("Manager.RestartUnit({unit})")))?;
         let job: OwnedObjectPath = reply
             .body()
             .deserialize()
             .map_err(dbus_err(format!("RestartUnit({unit}) reply")))?;
-        let deadline = tokio::time::Instant::from_std(started + timeout);
         loop {
             let next = tokio::time::timeout_at(deadline, stream.next()).await;
             let msg = match next {
-                Err(_) | Ok(None) => {
-                    return Err(NodeError::RestartTimeout {
-                        unit: unit.to_string(),
-                        job: job.to_string(),
-                        timeout,
-                    });
-                }
+                Err(_) | Ok(None) => return Err(timed_out(job.to_string())),
                 Ok(Some(msg)) => msg.map_err(dbus_err("receive JobRemoved"))?,
             };
             let Ok((_id, path, _unit, result)) = msg
