@@ -263,37 +263,21 @@ impl ServiceManager for SystemdDbus {
         let invocation = self.property(&path, UNIT_IFACE, "InvocationID").await?;
         let invocation: Vec<u8> = Vec::try_from(invocation)
             .map_err(dbus_err(format!("{UNIT_IFACE}.InvocationID as bytes")))?;
-        let is_service = unit.ends_with(".service");
-        let service_str = |name: &'static str| {
-            let path = &path;
-            async move {
-                if is_service {
-                    self.string_property(path, SERVICE_IFACE, name).await
-                } else {
-                    Ok(String::new())
-                }
-            }
-        };
-        let service_u32 = |name: &'static str| {
-            let path = &path;
-            async move {
-                if is_service {
-                    self.u32_property(path, SERVICE_IFACE, name).await
-                } else {
-                    Ok(0)
-                }
-            }
-        };
-        Ok(UnitState {
+        let mut state = UnitState {
             active_state: self
                 .string_property(&path, UNIT_IFACE, "ActiveState")
                 .await?,
             sub_state: self.string_property(&path, UNIT_IFACE, "SubState").await?,
-            result: service_str("Result").await?,
-            main_pid: service_u32("MainPID").await?,
             invocation_id: hex::encode(invocation),
-            n_restarts: service_u32("NRestarts").await?,
-        })
+            ..UnitState::default()
+        };
+        // Result, MainPID and NRestarts exist only on service units.
+        if unit.ends_with(".service") {
+            state.result = self.string_property(&path, SERVICE_IFACE, "Result").await?;
+            state.main_pid = self.u32_property(&path, SERVICE_IFACE, "MainPID").await?;
+            state.n_restarts = self.u32_property(&path, SERVICE_IFACE, "NRestarts").await?;
+        }
+        Ok(state)
     }
 
     async fn reset_failed(&self, unit: &str) -> Result<(), NodeError> {
