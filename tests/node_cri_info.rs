@@ -13,6 +13,10 @@ use shim_agent::node::cri::{handlers_from_verbose_info, status_from_response};
 /// `Status{verbose: true}` info map of Debian bookworm's containerd 1.6.20 with Debian's
 /// config, captured over the CRI socket of the node env.
 const INFO_1_6_20: &str = include_str!("fixtures/cri/containerd-1.6.20-status-info.json");
+/// The same containerd after `containerd-1.6.20-shimtest-config.toml` (runc plus `shimtest`
+/// with a `runtime_path`) and a restart.
+const INFO_1_6_20_SHIMTEST: &str =
+    include_str!("fixtures/cri/containerd-1.6.20-status-info-shimtest.json");
 
 fn info_1_6_20() -> HashMap<String, String> {
     serde_json::from_str(INFO_1_6_20).expect("fixture is a JSON object of strings")
@@ -58,6 +62,15 @@ fn containerd_1_6_status_is_ready_without_network_and_reads_handlers_from_config
     assert!(!st.network_ready);
     assert_eq!(st.handlers, vec!["runc"]);
     assert_eq!(st.handler_source, HandlerSource::VerboseConfig);
+}
+
+#[test]
+fn containerd_1_6_verbose_config_lists_an_added_handler_next_to_runc() {
+    let info: HashMap<String, String> = serde_json::from_str(INFO_1_6_20_SHIMTEST).unwrap();
+    assert_eq!(
+        handlers_from_verbose_info(&info).unwrap(),
+        vec!["runc", "shimtest"]
+    );
 }
 
 #[test]

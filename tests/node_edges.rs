@@ -47,9 +47,15 @@ async fn restart_over_dbus_finishes_its_job_and_containerd_serves_cri_again() {
         .unwrap_or_else(|e| panic!("CRI right after the restart: {}", chain(&e)));
     assert!(st.runtime_ready, "{st:?}");
     assert_eq!(st.handlers, vec!["runc"]);
-    // A state read without a restart sees the same invocation: no hidden restart happened.
-    let again = env.systemd.unit_state(UNIT).await.expect("unit state");
-    assert_eq!(again.invocation_id, out.state.invocation_id);
+    let v = env
+        .cri
+        .version(Duration::from_secs(2))
+        .await
+        .expect("CRI Version");
+    assert_eq!(v.runtime_name, "containerd");
+    assert!(v.runtime_version.starts_with("1.6."), "{v:?}");
+    // A CRI check is not a restart: the invocation stays the same.
+    assert_eq!(env.invocation_id().await, out.state.invocation_id);
 }
 
 #[tokio::test]
@@ -91,6 +97,50 @@ async fn a_restart_that_fails_names_the_unit_and_job_result_then_recovers() {
         .wait_for_handler("runc", VERIFY_TIMEOUT)
         .await
         .unwrap_or_else(|e| panic!("{}", chain(&e)));
+}
+
+#[tokio::test]
+async fn a_restart_that_outlasts_its_timeout_names_the_job() {
+    let Some(env) = node_env("restart_timeout").await else {
+        return;
+    };
+    env.add_unit_dropin("slow", "[Service]\nExecStartPre=/bin/sleep 3\n")
+        .await;
+    let t0 = Instant::now();
+    let err = env
+        .systemd
+        .restart_unit(UNIT, Duration::from_millis(500))
+        .await
+        .expect_err("a 3 s ExecStartPre cannot finish in 0.5 s");
+    println!("slow restart: {err}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let NodeError::RestartTimeout { unit, job, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(unit, UNIT);
+    assert!(job.starts_with("/org/freedesktop/systemd1/job/"), "{job}");
+    // The job goes on without us: systemd finishes it.
+    env.remove_unit_dropin("slow").await;
+    let state = env.systemd.unit_state(UNIT).await.expect("unit state");
+    assert_eq!(state.active_state, "activating", "{state:?}");
+}
+
+#[tokio::test]
+async fn restarting_a_unit_that_does_not_exist_is_a_dbus_error_naming_it() {
+    let Some(env) = node_env("no_such_unit").await else {
+        return;
+    };
+    let err = env
+        .systemd
+        .restart_unit("shim-agent-no-such.service", RESTART_TIMEOUT)
+        .await
+        .expect_err("no such unit");
+    assert_eq!(err.reason(), "Dbus");
+    assert!(
+        chain(&err).contains("shim-agent-no-such.service"),
+        "{}",
+        chain(&err)
+    );
 }
 
 #[tokio::test]

@@ -26,7 +26,9 @@ pub mod cri;
 pub mod systemd;
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 pub use cri::{CriClient, HandlerSource};
 pub use systemd::SystemdDbus;
@@ -35,6 +37,9 @@ pub use systemd::SystemdDbus;
 pub const HANDLER_POLL_INTERVAL_MS: u64 = 100;
 /// Longest single `Status` call inside [`RuntimeHealth::wait_for_handler`].
 pub const STATUS_CALL_TIMEOUT_MS: u64 = 2_000;
+/// Shortest single `Status` call inside [`RuntimeHealth::wait_for_handler`]: the wait may end
+/// this much after its timeout.
+pub const MIN_STATUS_CALL_MS: u64 = 250;
 
 /// A systemd unit's state, as its D-Bus object reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -228,7 +233,8 @@ pub trait RuntimeHealth {
         timeout: Duration,
     ) -> impl Future<Output = Result<CriStatus, NodeError>> + Send;
 
-    /// Ask until the runtime is ready and lists `handler`, for at most `timeout`.
+    /// Ask until the runtime is ready and lists `handler`, for `timeout` (plus at most
+    /// [`MIN_STATUS_CALL_MS`]: the last call is not cut short).
     ///
     /// Fails at once with [`NodeError::CriUnavailable`] when containerd answers that the CRI
     /// service is unimplemented (the CRI plugin failed to load: it will not recover without
@@ -246,9 +252,14 @@ pub trait RuntimeHealth {
         async move {
             let deadline = Instant::now() + timeout;
             loop {
+                // Every call gets a fair budget, so that a call squeezed into the last
+                // milliseconds does not replace a real answer with a timeout.
                 let left = deadline.saturating_duration_since(Instant::now());
-                let call = left.min(Duration::from_millis(STATUS_CALL_TIMEOUT_MS));
-                let err = match self.status(call.max(Duration::from_millis(1))).await {
+                let budget = left.clamp(
+                    Duration::from_millis(MIN_STATUS_CALL_MS),
+                    Duration::from_millis(STATUS_CALL_TIMEOUT_MS),
+                );
+                let err = match self.status(budget).await {
                     Ok(st) => match check_handler(&st, handler) {
                         Ok(()) => return Ok(st),
                         Err(e) => e,
@@ -261,10 +272,11 @@ pub trait RuntimeHealth {
                     ) => return Err(e),
                     Err(e) => e,
                 };
-                if Instant::now() >= deadline {
+                let pause = Duration::from_millis(HANDLER_POLL_INTERVAL_MS);
+                if Instant::now() + pause >= deadline {
                     return Err(err);
                 }
-                tokio::time::sleep(Duration::from_millis(HANDLER_POLL_INTERVAL_MS)).await;
+                tokio::time::sleep(pause).await;
             }
         }
     }
@@ -288,7 +300,87 @@ pub fn check_handler(status: &CriStatus, handler: &str) -> Result<(), NodeError>
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
     use super::*;
+
+    /// A CRI that answers from a script; the last answer repeats.
+    struct Scripted(Mutex<VecDeque<Result<CriStatus, &'static str>>>);
+
+    impl Scripted {
+        fn new(answers: Vec<Result<CriStatus, &'static str>>) -> Scripted {
+            Scripted(Mutex::new(answers.into()))
+        }
+    }
+
+    impl RuntimeHealth for Scripted {
+        async fn status(&self, _timeout: Duration) -> Result<CriStatus, NodeError> {
+            let next = {
+                let mut q = self.0.lock().unwrap();
+                if q.len() > 1 {
+                    q.pop_front()
+                } else {
+                    q.front().cloned()
+                }
+            };
+            next.expect("a scripted answer")
+                .map_err(|what| NodeError::CriUnavailable {
+                    socket: "test.sock".into(),
+                    detail: what.into(),
+                    plugin_not_loaded: what == "unimplemented",
+                })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_a_handler_polls_until_it_is_served() {
+        let cri = Scripted::new(vec![
+            Err("connection refused"),
+            Ok(CriStatus::default()),
+            Ok(ready(&["runc"])),
+            Ok(ready(&["runc", "spin"])),
+        ]);
+        let t0 = Instant::now();
+        let st = cri
+            .wait_for_handler("spin", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(st.handlers, vec!["runc", "spin"]);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_millis(3 * HANDLER_POLL_INTERVAL_MS)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unimplemented_cri_fails_at_once() {
+        let cri = Scripted::new(vec![Err("unimplemented")]);
+        let t0 = Instant::now();
+        let e = cri
+            .wait_for_handler("spin", Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert_eq!(e.reason(), "CriUnavailable");
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_never_served_fails_with_the_last_answer_at_the_deadline() {
+        let cri = Scripted::new(vec![Err("connection refused"), Ok(ready(&["runc"]))]);
+        let t0 = Instant::now();
+        let e = cri
+            .wait_for_handler("spin", Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert_eq!(e.reason(), "HandlerMissing");
+        assert!(t0.elapsed() <= Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() >= Duration::from_millis(1_900),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
 
     fn ready(handlers: &[&str]) -> CriStatus {
         CriStatus {

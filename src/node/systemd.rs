@@ -14,9 +14,10 @@
 //! - Unit state is read right after `JobRemoved`; with `Restart=always` a failed unit may
 //!   already have moved on to `activating/auto-restart`, which is what the caller sees.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
+use tokio::time::Instant;
 use zbus::message::Type as MessageType;
 use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant};
 
@@ -118,25 +119,27 @@ impl SystemdDbus {
         .await
         .map_err(dbus_err("AddMatch JobRemoved"))?;
         let started = Instant::now();
-        let reply = self
-            .manager_call("RestartUnit", &(unit, "replace"))
-            .await
-            .map_err(|e| with_call(e, format!("Manager.RestartUnit({unit})")))?;
+        let deadline = started + timeout;
+        let timed_out = |job: String| NodeError::RestartTimeout {
+            unit: unit.to_string(),
+            job,
+            timeout,
+        };
+        let reply = tokio::time::timeout_at(
+            deadline,
+            self.manager_call("RestartUnit", &(unit, "replace")),
+        )
+        .await
+        .map_err(|_| timed_out("none: RestartUnit was not answered".to_string()))?
+        .map_err(|e| with_call(e, format!("Manager.RestartUnit({unit})")))?;
         let job: OwnedObjectPath = reply
             .body()
             .deserialize()
             .map_err(dbus_err(format!("RestartUnit({unit}) reply")))?;
-        let deadline = tokio::time::Instant::from_std(started + timeout);
         loop {
             let next = tokio::time::timeout_at(deadline, stream.next()).await;
             let msg = match next {
-                Err(_) | Ok(None) => {
-                    return Err(NodeError::RestartTimeout {
-                        unit: unit.to_string(),
-                        job: job.to_string(),
-                        timeout,
-                    });
-                }
+                Err(_) | Ok(None) => return Err(timed_out(job.to_string())),
                 Ok(Some(msg)) => msg.map_err(dbus_err("receive JobRemoved"))?,
             };
             let Ok((_id, path, _unit, result)) = msg
@@ -260,37 +263,21 @@ impl ServiceManager for SystemdDbus {
         let invocation = self.property(&path, UNIT_IFACE, "InvocationID").await?;
         let invocation: Vec<u8> = Vec::try_from(invocation)
             .map_err(dbus_err(format!("{UNIT_IFACE}.InvocationID as bytes")))?;
-        let is_service = unit.ends_with(".service");
-        let service_str = |name: &'static str| {
-            let path = &path;
-            async move {
-                if is_service {
-                    self.string_property(path, SERVICE_IFACE, name).await
-                } else {
-                    Ok(String::new())
-                }
-            }
-        };
-        let service_u32 = |name: &'static str| {
-            let path = &path;
-            async move {
-                if is_service {
-                    self.u32_property(path, SERVICE_IFACE, name).await
-                } else {
-                    Ok(0)
-                }
-            }
-        };
-        Ok(UnitState {
+        let mut state = UnitState {
             active_state: self
                 .string_property(&path, UNIT_IFACE, "ActiveState")
                 .await?,
             sub_state: self.string_property(&path, UNIT_IFACE, "SubState").await?,
-            result: service_str("Result").await?,
-            main_pid: service_u32("MainPID").await?,
             invocation_id: hex::encode(invocation),
-            n_restarts: service_u32("NRestarts").await?,
-        })
+            ..UnitState::default()
+        };
+        // Result, MainPID and NRestarts exist only on service units.
+        if unit.ends_with(".service") {
+            state.result = self.string_property(&path, SERVICE_IFACE, "Result").await?;
+            state.main_pid = self.u32_property(&path, SERVICE_IFACE, "MainPID").await?;
+            state.n_restarts = self.u32_property(&path, SERVICE_IFACE, "NRestarts").await?;
+        }
+        Ok(state)
     }
 
     async fn reset_failed(&self, unit: &str) -> Result<(), NodeError> {

@@ -125,7 +125,14 @@ pub async fn node_env(test: &str) -> Option<NodeEnv> {
         Ok(f) => f,
         Err(reason) => return skip_or_fail(test, &reason),
     };
-    let systemd = match SystemdDbus::connect_address(&found.bus).await {
+    // From the process environment (CI): through `Connection::system()`, which must honour
+    // DBUS_SYSTEM_BUS_ADDRESS as the agent relies on; from the env file: by address.
+    let connected = if std::env::var("DBUS_SYSTEM_BUS_ADDRESS").as_deref() == Ok(&found.bus) {
+        SystemdDbus::connect_system().await
+    } else {
+        SystemdDbus::connect_address(&found.bus).await
+    };
+    let systemd = match connected {
         Ok(s) => s,
         Err(e) => {
             let reason = format!("node env: cannot reach its system bus: {}", chain(&e));
@@ -229,6 +236,17 @@ impl NodeEnv {
             .join(format!("60-{TEST_DROPIN_MARK}-{name}.conf"));
         std::fs::remove_file(&p).expect("remove a test drop-in");
         self.systemd.reload().await.expect("Manager.Reload");
+    }
+
+    /// containerd's current `InvocationID`: it changes with every start, so comparing two
+    /// readings tells whether containerd was restarted in between (`NRestarts` counts only
+    /// automatic restarts).
+    pub async fn invocation_id(&self) -> String {
+        self.systemd
+            .unit_state(UNIT)
+            .await
+            .expect("unit state")
+            .invocation_id
     }
 
     /// Run a command inside the container (`.ci/node-env/exec.sh`).
