@@ -56,6 +56,8 @@ pub struct NodeEnv {
     pub systemd: SystemdDbus,
     /// containerd's CRI.
     pub cri: CriClient,
+    /// The container's system bus address (for agent processes a test starts).
+    pub bus: String,
     _lock: File,
 }
 
@@ -148,6 +150,7 @@ pub async fn node_env(test: &str) -> Option<NodeEnv> {
         root: found.root,
         systemd,
         cri: CriClient::new(found.socket),
+        bus: found.bus,
         _lock: lock,
     };
     env.reset().await;
