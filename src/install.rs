@@ -216,21 +216,41 @@ pub fn roll_back_journal(
         return Ok(());
     };
     tracing::warn!(txn = %journal.id, phase = ?journal.phase, shims = ?journal.shims, "rolling back an unfinished transaction");
-    for b in journal.backups.iter().rev() {
+    restore_backups(root, &journal)?;
+    state.journal = None;
+    store.save(state)?;
+    let _ = std::fs::remove_dir_all(backups_dir(store.dir(), &journal.id));
+    Ok(())
+}
+
+/// Put every backed-up file back (or delete files that did not exist), newest first;
+/// files that already hold their backed-up bytes are left alone (idempotent).
+pub(crate) fn restore_backups(root: &HostRoot, j: &Journal) -> anyhow::Result<()> {
+    for b in j.backups.iter().rev() {
         let local = root.resolve(&b.path)?;
         match &b.saved_as {
             Some(saved) => {
                 let bytes = std::fs::read(root.resolve(saved)?)
                     .with_context(|| format!("backup {saved} of {} is missing", b.path))?;
-                fsutil::write_atomic(&local, &bytes, None)?;
+                if std::fs::read(&local).ok().as_deref() != Some(&bytes[..]) {
+                    fsutil::write_atomic(&local, &bytes, None)?;
+                }
             }
             None => fsutil::remove_durable(&local)?,
         }
     }
-    state.journal = None;
-    store.save(state)?;
-    let _ = std::fs::remove_dir_all(backups_dir(store.dir(), &journal.id));
     Ok(())
+}
+
+/// The handler to register for `shim`, whose binary is installed at `binary_host`.
+pub(crate) fn runtime_spec(shim: &Shim, binary_host: &str) -> RuntimeSpec {
+    let mut rt = RuntimeSpec::from_binary(shim.handler(), binary_host);
+    if let Some(r) = &shim.spec.runtime {
+        rt.options = r.options.clone().unwrap_or_default();
+        rt.pod_annotations = r.pod_annotations.clone().unwrap_or_default();
+        rt.privileged_without_host_devices = r.privileged_without_host_devices.unwrap_or(false);
+    }
+    rt
 }
 
 /// Save `before` copies of every file in `paths` (host paths) for the journal.
@@ -376,12 +396,7 @@ async fn install_inner(
         Path::new(&prof.config),
         prof.dropin_dir.as_deref().map(Path::new),
     )?;
-    let mut rt = RuntimeSpec::from_binary(&handler, &binary_host_s);
-    if let Some(r) = &shim.spec.runtime {
-        rt.options = r.options.clone().unwrap_or_default();
-        rt.pod_annotations = r.pod_annotations.clone().unwrap_or_default();
-        rt.privileged_without_host_devices = r.privileged_without_host_devices.unwrap_or(false);
-    }
+    let rt = runtime_spec(shim, &binary_host_s);
     let plan = containerd::plan_add(
         &set,
         &rt,

@@ -32,11 +32,11 @@ use crate::artifact::{self, Platform, Store};
 use crate::containerd::{
     self, AddOptions, ConfigFile, ConfigSet, DropinPolicy, FileChange, Plan, RuntimeSpec,
 };
-use crate::fsutil;
 use crate::hostroot::HostRoot;
 use crate::install::{
     Undo, backups_dir, fetch_spec, fetcher, gc_artifact, merge_config_records, now_secs,
-    remove_binary, sha256_hex, spec_hash, spec_location, stage_backups,
+    remove_binary, restore_backups, runtime_spec, sha256_hex, spec_hash, spec_location,
+    stage_backups,
 };
 use crate::profile::Profile;
 use crate::settings::Settings;
@@ -428,13 +428,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 .join(&fetched.digest)
                 .join(&bin_name);
             let host_s = host.display().to_string();
-            let mut rt = RuntimeSpec::from_binary(shim.handler(), &host_s);
-            if let Some(r) = &shim.spec.runtime {
-                rt.options = r.options.clone().unwrap_or_default();
-                rt.pod_annotations = r.pod_annotations.clone().unwrap_or_default();
-                rt.privileged_without_host_devices =
-                    r.privileged_without_host_devices.unwrap_or(false);
-            }
+            let rt = runtime_spec(shim, &host_s);
             out.push(Prepared {
                 record: InstalledShim {
                     name: shim.name().to_string(),
@@ -627,25 +621,6 @@ fn handler_in(set: &ConfigSet, handler: &str) -> bool {
     containerd::inspect(set)
         .map(|i| i.handlers.iter().any(|h| h.name == handler))
         .unwrap_or(false)
-}
-
-/// Put every backed-up file back (or delete files that did not exist), newest first.
-fn restore_backups(root: &HostRoot, j: &Journal) -> anyhow::Result<()> {
-    for b in j.backups.iter().rev() {
-        let local = root.resolve(&b.path)?;
-        match &b.saved_as {
-            Some(saved) => {
-                let bytes = std::fs::read(root.resolve(saved)?)
-                    .with_context(|| format!("backup {saved} of {} is missing", b.path))?;
-                let current = std::fs::read(&local).ok();
-                if current.as_deref() != Some(&bytes[..]) {
-                    fsutil::write_atomic(&local, &bytes, None)?;
-                }
-            }
-            None => fsutil::remove_durable(&local)?,
-        }
-    }
-    Ok(())
 }
 
 /// Reflect a plan's results in the in-memory view of the files.
