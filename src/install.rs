@@ -28,8 +28,7 @@ use crate::hostroot::HostRoot;
 use crate::profile;
 use crate::settings::Settings;
 use crate::state::{
-    Backup, ConfigRecord, InstalledShim, Journal, NodeState, Origin, Phase, ShimState, StateStore,
-    TxnKind,
+    Backup, ConfigRecord, InstalledShim, Journal, NodeState, Origin, ShimState, StateStore, TxnKind,
 };
 use crate::txn::machine::{self, Event, Next};
 
@@ -414,21 +413,12 @@ async fn install_inner(
         .map(|c| c.host_path.display().to_string())
         .collect();
     touched.push(binary_host_s.clone());
-    state.journal = Some(Journal {
-        id: id.clone(),
-        kind: if previous.is_some() {
-            TxnKind::Upgrade
-        } else {
-            TxnKind::Install
-        },
-        shims: vec![name.clone()],
-        phase: Phase::Planned,
-        backups: vec![],
-        reason: None,
-        pending: vec![],
-        removing: vec![],
-        started_at: now_secs(),
-    });
+    let kind = if previous.is_some() {
+        TxnKind::Upgrade
+    } else {
+        TxnKind::Install
+    };
+    state.journal = Some(Journal::planned(id.clone(), kind, vec![name.clone()]));
     store.save(&state)?;
     journal_event(&store, &mut state, Event::Fetched)?;
     // Offline there is no rollout: the slot is trivially ours.
@@ -592,17 +582,11 @@ pub fn uninstall_offline(
     let plan = containerd::plan_remove(&set, &shim.handler)?;
 
     let id = format!("{}-uninstall-{name}", now_secs());
-    state.journal = Some(Journal {
-        id: id.clone(),
-        kind: TxnKind::Uninstall,
-        shims: vec![name.to_string()],
-        phase: Phase::Planned,
-        backups: vec![],
-        reason: None,
-        pending: vec![],
-        removing: vec![],
-        started_at: now_secs(),
-    });
+    state.journal = Some(Journal::planned(
+        id.clone(),
+        TxnKind::Uninstall,
+        vec![name.to_string()],
+    ));
     store.save(&state)?;
     let mut undo = Undo::default();
     let touched: Vec<String> = plan

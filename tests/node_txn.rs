@@ -267,6 +267,14 @@ const CRASH_POINTS: &[(&str, &str)] = &[
     ("txn::committed", "committed"),
 ];
 
+/// The environment an agent process needs to reach the node env's systemd and containerd.
+fn agent_vars(env: &NodeEnv) -> Vec<(&'static str, String)> {
+    vec![
+        ("DBUS_SYSTEM_BUS_ADDRESS", env.bus.clone()),
+        ("CONTAINERD_ADDRESS", env.cri.socket().display().to_string()),
+    ]
+}
+
 fn agent(env_vars: &[(&str, String)], args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_shim-agent"));
     c.args(args).env_remove("SHIM_AGENT_CONFIG");
@@ -299,11 +307,7 @@ async fn an_agent_killed_at_any_failpoint_leaves_a_node_the_next_start_makes_con
     let (url, sha) = demo_artifact(&env, tmp.path());
     let yaml = tmp.path().join("demo.yaml");
     std::fs::write(&yaml, demo_yaml(&url, &sha)).unwrap();
-    let bus = env.bus.clone();
-    let vars = vec![
-        ("DBUS_SYSTEM_BUS_ADDRESS", bus),
-        ("CONTAINERD_ADDRESS", env.cri.socket().display().to_string()),
-    ];
+    let vars = agent_vars(&env);
     let root_s = env.root.display().to_string();
     let original = std::fs::read(env.config_file()).unwrap();
     for (fp, phase) in CRASH_POINTS {
@@ -415,11 +419,7 @@ async fn run_repairs_drift_and_does_not_restart_for_unrelated_changes() {
     let shims_d: PathBuf = env.root.join("etc/shim-agent/shims.d");
     std::fs::create_dir_all(&shims_d).unwrap();
     std::fs::write(shims_d.join("demo.yaml"), demo_yaml(&url, &sha)).unwrap();
-    let bus = env.bus.clone();
-    let vars = vec![
-        ("DBUS_SYSTEM_BUS_ADDRESS", bus),
-        ("CONTAINERD_ADDRESS", env.cri.socket().display().to_string()),
-    ];
+    let vars = agent_vars(&env);
     let root_s = env.root.display().to_string();
     let mut child = agent(&vars, &["run", "--root", &root_s])
         .stderr(std::process::Stdio::null())

@@ -165,3 +165,23 @@ pub struct Journal {
     /// Unix time the transaction started.
     pub started_at: u64,
 }
+
+impl Journal {
+    /// A new transaction at [`Phase::Planned`], started now.
+    pub fn planned(id: String, kind: TxnKind, shims: Vec<String>) -> Journal {
+        Journal {
+            id,
+            kind,
+            shims,
+            phase: Phase::Planned,
+            backups: vec![],
+            reason: None,
+            pending: vec![],
+            removing: vec![],
+            started_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default(),
+        }
+    }
+}

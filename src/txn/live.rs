@@ -314,21 +314,15 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             (p, _) if p.iter().any(|x| x.previous.is_some()) => TxnKind::Upgrade,
             _ => TxnKind::Install,
         };
-        state.journal = Some(Journal {
-            id: id.clone(),
-            kind,
-            shims: prepared
-                .iter()
-                .map(|p| p.record.name.clone())
-                .chain(removes.iter().map(|r| r.name.clone()))
-                .collect(),
-            phase: Phase::Planned,
-            backups: vec![],
-            reason: None,
-            pending: prepared.iter().map(|p| p.record.clone()).collect(),
-            removing: removes.iter().map(|r| r.handler.clone()).collect(),
-            started_at: now_secs(),
-        });
+        let shims = prepared
+            .iter()
+            .map(|p| p.record.name.clone())
+            .chain(removes.iter().map(|r| r.name.clone()))
+            .collect();
+        let mut journal = Journal::planned(id.clone(), kind, shims);
+        journal.pending = prepared.iter().map(|p| p.record.clone()).collect();
+        journal.removing = removes.iter().map(|r| r.handler.clone()).collect();
+        state.journal = Some(journal);
         store.save(state)?;
         failpoint("txn::planned");
         self.event(store, state, Event::Fetched)?;
