@@ -157,7 +157,7 @@ pub async fn reconcile_once<R: Restarter, H: HealthCheck>(
 /// Run rounds until `shutdown` fires.
 pub async fn run<R: Restarter, H: HealthCheck>(
     node: &Node<'_, R, H>,
-    mut shutdown: mpsc::Receiver<()>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let (store, mut state) = node.open().await?;
     adopt_pending(&node.health, &store, &mut state).await?;
@@ -171,7 +171,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
             );
         }
         tokio::select! {
-            _ = shutdown.recv() => return Ok(()),
+            _ = shutdown.changed() => return Ok(()),
             _ = events.recv() => {
                 // let a burst of events settle, then drain it
                 tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
@@ -182,7 +182,11 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     }
 }
 
-fn watch(paths: &[PathBuf], tx: mpsc::Sender<()>) -> anyhow::Result<notify::RecommendedWatcher> {
+/// Watch `paths` (recursively; a missing one through its parent) and send `()` on change.
+pub fn watch(
+    paths: &[PathBuf],
+    tx: mpsc::Sender<()>,
+) -> anyhow::Result<notify::RecommendedWatcher> {
     use notify::{RecursiveMode, Watcher};
     let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
         if ev.is_ok_and(|e| !e.kind.is_access()) {

@@ -459,6 +459,7 @@ async fn install_inner(
         config_files: merge_config_records(previous.as_ref(), config_files),
         state: ShimState::PendingVerification,
         origin: Origin::Offline,
+        runtime_class: Some(shim.spec.runtime_class.name.clone()),
         installed_at: now_secs(),
     };
     let files: Vec<String> = record.config_files.iter().map(|c| c.path.clone()).collect();

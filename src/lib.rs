@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod artifact;
+pub mod cluster;
 pub mod cmd_containerd;
 pub mod containerd;
 pub mod daemon;

@@ -11,7 +11,7 @@ use shim_agent::settings::Settings;
 use shim_agent::state::Origin;
 use shim_agent::txn::live::{Change, Node};
 use shim_agent::txn::real::{CriHealth, SystemdRestarter};
-use shim_agent::{api, artifact, cmd_containerd, daemon, install, profile, settings};
+use shim_agent::{api, artifact, cluster, cmd_containerd, daemon, install, profile, settings};
 
 /// shim-agent installs containerd shims on this node and registers their runtime handlers.
 ///
@@ -310,13 +310,13 @@ fn cmd_uninstall(settings: &Settings, args: UninstallArgs) -> anyhow::Result<()>
 
 fn cmd_run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
     let root = host_root(&args.root)?;
+    let source = cluster::connect::find_source(settings)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let node = live_node(&root, settings, Origin::Static).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let (tx, rx) = tokio::sync::watch::channel(false);
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::spawn(async move {
@@ -325,10 +325,35 @@ fn cmd_run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
                 _ = tokio::signal::ctrl_c() => {}
             }
             tracing::info!("stopping");
-            let _ = tx.send(()).await;
+            let _ = tx.send(true);
         });
-        tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (static Shims)");
-        daemon::run(&node, rx).await
+        match source {
+            Some(source) => {
+                let node = live_node(&root, settings, Origin::Cluster).await?;
+                let k = &settings.kubernetes;
+                let secs = std::time::Duration::from_secs;
+                let config = cluster::session::SessionConfig {
+                    source,
+                    node_name: cluster::connect::node_name(settings)?,
+                    coordinator: cluster::coordinator::CoordinatorConfig {
+                        timings: cluster::election::Timings {
+                            lease_duration: secs(k.lease_duration_secs),
+                            renew_deadline: secs(k.renew_deadline_secs),
+                            retry_period: secs(k.retry_period_secs),
+                        },
+                        status_interval: secs(k.status_interval_secs),
+                    },
+                    node_wait: secs(k.node_wait_secs),
+                };
+                tracing::info!(unit = %node.profile.unit, config = %node.profile.config, node = %config.node_name, "shim-agent running (cluster and static Shims)");
+                cluster::session::run(&node, config, rx).await
+            }
+            None => {
+                let node = live_node(&root, settings, Origin::Static).await?;
+                tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (static Shims only: no kubeconfig found)");
+                daemon::run(&node, rx).await
+            }
+        }
     })
 }
 

@@ -124,12 +124,36 @@ impl Default for PathSettings {
     }
 }
 
-/// How to reach the cluster.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// How to reach the cluster, and the coordinator election's timings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct KubernetesSettings {
-    /// kubeconfig to use; empty = in-cluster / `KUBECONFIG` / the kubelet's.
+    /// kubeconfig to use; empty = the kubelet's (`/etc/kubernetes/kubelet.conf`, then
+    /// `/var/lib/kubelet/kubeconfig`), else in-cluster; none of them: static Shims only.
     pub kubeconfig: String,
+    /// How long the coordinator Lease is valid without renewal.
+    pub lease_duration_secs: u64,
+    /// How long the coordinator keeps trying to renew before it steps down.
+    pub renew_deadline_secs: u64,
+    /// Pause between election attempts and renewals.
+    pub retry_period_secs: u64,
+    /// Least time between two status writes of one Shim.
+    pub status_interval_secs: u64,
+    /// How long to wait at start for this node's Node object.
+    pub node_wait_secs: u64,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        KubernetesSettings {
+            kubeconfig: String::new(),
+            lease_duration_secs: 15,
+            renew_deadline_secs: 10,
+            retry_period_secs: 2,
+            status_interval_secs: 2,
+            node_wait_secs: 60,
+        }
+    }
 }
 
 /// Logging.
@@ -310,10 +334,31 @@ impl Settings {
             ("fetch.max-unpacked-bytes", self.fetch.max_unpacked_bytes),
             ("fetch.max-entries", self.fetch.max_entries),
             ("fetch.attempts", u64::from(self.fetch.attempts)),
+            (
+                "kubernetes.lease-duration-secs",
+                self.kubernetes.lease_duration_secs,
+            ),
+            (
+                "kubernetes.renew-deadline-secs",
+                self.kubernetes.renew_deadline_secs,
+            ),
+            (
+                "kubernetes.retry-period-secs",
+                self.kubernetes.retry_period_secs,
+            ),
         ] {
             if v == 0 {
                 return Err(format!("{name} must be greater than 0"));
             }
+        }
+        let k = &self.kubernetes;
+        if !(k.retry_period_secs < k.renew_deadline_secs
+            && k.renew_deadline_secs < k.lease_duration_secs)
+        {
+            return Err(format!(
+                "kubernetes: retry-period-secs ({}) < renew-deadline-secs ({}) < lease-duration-secs ({}) must hold, or a coordinator could lose its lease while it still acts",
+                k.retry_period_secs, k.renew_deadline_secs, k.lease_duration_secs
+            ));
         }
         for (name, p) in [
             ("paths.state-dir", &self.paths.state_dir),

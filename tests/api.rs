@@ -45,30 +45,35 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
         kinds,
         [
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Namespace",
             "ClusterRole",
             "ClusterRoleBinding",
             "Role",
-            "RoleBinding"
+            "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
         ]
     );
-    assert_eq!(docs[1]["metadata"]["name"], "shim-agent-system");
-    // no wildcard, and nothing on secrets or pods
-    let text = serde_yaml::to_string(&docs[2..]).unwrap();
+    assert_eq!(docs[2]["metadata"]["name"], "shim-agent-system");
+    // no wildcard, nothing on secrets, and pods read-only
+    let text = serde_yaml::to_string(&docs[3..]).unwrap();
     assert!(!text.contains("'*'") && !text.contains("\"*\""), "{text}");
-    for forbidden in [
-        "secrets",
-        "pods",
-        "configmaps",
-        "escalate",
-        "bind",
-        "impersonate",
-    ] {
+    for forbidden in ["secrets", "configmaps", "escalate", "bind", "impersonate"] {
         assert!(!text.contains(forbidden), "RBAC mentions {forbidden}");
     }
+    let rules = docs[3]["rules"].as_sequence().unwrap();
+    let pods = rules
+        .iter()
+        .find(|r| r["resources"][0] == "pods")
+        .expect("a pods rule");
+    assert_eq!(
+        pods["verbs"],
+        serde_yaml::to_value(["list", "watch"]).unwrap()
+    );
     // leases only through the namespaced Role
-    assert!(!serde_yaml::to_string(&docs[2]).unwrap().contains("leases"));
-    assert_eq!(docs[4]["metadata"]["namespace"], "shim-agent-system");
+    assert!(!serde_yaml::to_string(&docs[3]).unwrap().contains("leases"));
+    assert_eq!(docs[5]["metadata"]["namespace"], "shim-agent-system");
 }
 
 const GOOD: &str = r#"

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared settings for the node-env scripts (.ci/node-env/, from /work/shared/node-env/).
+# Shared settings for the node-env scripts (.ci/node-env/, adapted from a reference recipe).
 # Source it; every value can be overridden from the environment.
 : "${INFRA_DIR:=/var/tmp/node-env}"                 # run state (pid files, env, logs)
 : "${INFRA_VAR:=/var/tmp/node-env}"             # rootfs storage (disk, not tmpfs)

@@ -8,8 +8,10 @@
 //! confined to its own Node by the NodeRestriction admission plugin) or with a dedicated
 //! kubeconfig whose user is in the group [`AGENT_GROUP`]. Every agent may be elected
 //! coordinator, so every agent gets the coordinator's verbs; none of them can read Secrets,
-//! Pods, or write anything outside the Shim API, its own Node, RuntimeClasses and the Leases
-//! in [`NAMESPACE`].
+//! or write anything outside the Shim API, its own Node, RuntimeClasses, Events and the
+//! ShimLeases in [`NAMESPACE`]. Pods are read (list/watch) only to see which pods on the
+//! node use a Shim's RuntimeClass; a kubelet identity is further confined to its own node's
+//! pods by the Node authorizer.
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{
@@ -20,6 +22,7 @@ use kube::CustomResourceExt;
 use serde::Serialize;
 
 use super::Shim;
+use super::lease::ShimLease;
 
 /// Namespace holding the rollout Leases.
 pub const NAMESPACE: &str = "shim-agent-system";
@@ -28,9 +31,22 @@ pub const AGENT_GROUP: &str = "containerd.x-k8s.io:shim-agents";
 /// Name of the ClusterRole, Role and bindings.
 pub const RBAC_NAME: &str = "shim-agent";
 
-/// The CRD as YAML.
+/// The CRDs (Shim, ShimLease) as one YAML stream.
 pub fn crd_yaml() -> anyhow::Result<String> {
-    Ok(serde_yaml::to_string(&Shim::crd())?)
+    let mut out = String::new();
+    push_doc(
+        &mut out,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        &Shim::crd(),
+    )?;
+    push_doc(
+        &mut out,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        &ShimLease::crd(),
+    )?;
+    Ok(out)
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
@@ -74,28 +90,25 @@ fn cluster_role() -> ClusterRole {
     ClusterRole {
         metadata: meta(RBAC_NAME, None),
         rules: Some(vec![
-            // every agent watches every Shim; the coordinator manages the finalizer
+            // every agent watches every Shim; the coordinator patches the finalizer in and out
             rule(
                 &["containerd.x-k8s.io"],
                 &["shims"],
-                &["get", "list", "watch", "patch", "update"],
+                &["list", "watch", "patch"],
             ),
-            rule(&["containerd.x-k8s.io"], &["shims/finalizers"], &["update"]),
             // only the coordinator writes status, at most every few seconds
-            rule(
-                &["containerd.x-k8s.io"],
-                &["shims/status"],
-                &["get", "patch", "update"],
-            ),
-            // own Node: label and state annotation (NodeRestriction confines kubelet identities);
-            // the coordinator lists nodes to count targets and free slots of deleted nodes
-            rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
+            rule(&["containerd.x-k8s.io"], &["shims/status"], &["patch"]),
+            // own Node: label and state annotation (NodeRestriction confines kubelet
+            // identities to it); the coordinator watches all Nodes to count targets
+            rule(&[""], &["nodes"], &["list", "watch", "patch"]),
+            // pods on the agent's own node (field selector spec.nodeName): uninstalls wait
+            // for the pods that use the Shim's RuntimeClass
+            rule(&[""], &["pods"], &["list", "watch"]),
+            // the coordinator applies (create/patch) and deletes the Shims' RuntimeClasses
             rule(
                 &["node.k8s.io"],
                 &["runtimeclasses"],
-                &[
-                    "get", "list", "watch", "create", "patch", "update", "delete",
-                ],
+                &["list", "watch", "create", "patch", "delete"],
             ),
             rule(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
         ]),
@@ -106,12 +119,12 @@ fn cluster_role() -> ClusterRole {
 fn lease_role() -> Role {
     Role {
         metadata: meta(RBAC_NAME, Some(NAMESPACE)),
+        // ShimLeases, not coordination.k8s.io Leases: NodeRestriction lets a kubelet
+        // identity write no Lease outside kube-node-lease (see api::lease).
         rules: Some(vec![rule(
-            &["coordination.k8s.io"],
-            &["leases"],
-            &[
-                "get", "list", "watch", "create", "update", "patch", "delete",
-            ],
+            &["containerd.x-k8s.io"],
+            &["shimleases"],
+            &["get", "list", "watch", "create", "update"],
         )]),
     }
 }
@@ -149,15 +162,55 @@ fn push_doc<T: Serialize>(
     Ok(())
 }
 
+/// Name of the ValidatingAdmissionPolicy (and its binding) on agents' writes to Shims.
+pub const SHIM_WRITES_POLICY: &str = "shim-agent-shim-writes";
+
+/// RBAC cannot tell a finalizer patch from a spec patch, so this policy confines agent
+/// identities (kubelets in `system:nodes`, or [`AGENT_GROUP`]) to adding and removing the
+/// `containerd.x-k8s.io/cleanup` finalizer: spec, labels and annotations stay the operator's.
+/// Status is a subresource and is not matched.
+fn shim_writes_policy() -> serde_json::Value {
+    let finalizers = |o: &str| {
+        format!(
+            "{o}.metadata.?finalizers.orValue([]).filter(f, f != 'containerd.x-k8s.io/cleanup')"
+        )
+    };
+    serde_json::json!({
+        "metadata": {"name": SHIM_WRITES_POLICY, "labels": {"app.kubernetes.io/name": "shim-agent"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["containerd.x-k8s.io"],
+                "apiVersions": ["v1alpha1"],
+                "operations": ["UPDATE"],
+                "resources": ["shims"],
+            }]},
+            "matchConditions": [{
+                "name": "shim-agent-identity",
+                "expression": format!("request.userInfo.groups.exists(g, g == 'system:nodes' || g == '{AGENT_GROUP}')"),
+            }],
+            "validations": [
+                {
+                    "expression": "object.spec == oldObject.spec",
+                    "message": "shim-agent identities may not change a Shim's spec",
+                },
+                {
+                    "expression": "object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && object.metadata.?annotations.orValue({}) == oldObject.metadata.?annotations.orValue({})",
+                    "message": "shim-agent identities may not change a Shim's labels or annotations",
+                },
+                {
+                    "expression": format!("{} == {}", finalizers("object"), finalizers("oldObject")),
+                    "message": "shim-agent identities may only add or remove the containerd.x-k8s.io/cleanup finalizer",
+                },
+            ],
+        },
+    })
+}
+
 /// CRD, namespace and RBAC as one multi-document YAML stream.
 pub fn manifests_yaml() -> anyhow::Result<String> {
     let mut out = String::new();
-    push_doc(
-        &mut out,
-        "apiextensions.k8s.io/v1",
-        "CustomResourceDefinition",
-        &Shim::crd(),
-    )?;
+    out.push_str(&crd_yaml()?);
     push_doc(
         &mut out,
         "v1",
@@ -198,6 +251,21 @@ pub fn manifests_yaml() -> anyhow::Result<String> {
             role_ref: role_ref("Role"),
             subjects: Some(subjects()),
         },
+    )?;
+    push_doc(
+        &mut out,
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+        &shim_writes_policy(),
+    )?;
+    push_doc(
+        &mut out,
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        &serde_json::json!({
+            "metadata": {"name": SHIM_WRITES_POLICY, "labels": {"app.kubernetes.io/name": "shim-agent"}},
+            "spec": {"policyName": SHIM_WRITES_POLICY, "validationActions": ["Deny"]},
+        }),
     )?;
     Ok(out)
 }

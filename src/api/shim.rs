@@ -28,7 +28,7 @@ pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     derive = "PartialEq",
     cel,
     doc = "A containerd shim that shim-agent installs on the nodes it selects, registering its runtime handler and a RuntimeClass.",
-    printcolumn(name = "Handler", type_ = "string", json_path = ".spec.runtimeClass.handler"),
+    printcolumn(name = "RuntimeClass", type_ = "string", json_path = ".spec.runtimeClass.name"),
     printcolumn(name = "Targeted", type_ = "integer", json_path = ".status.nodes.targeted"),
     printcolumn(name = "Installed", type_ = "integer", json_path = ".status.nodes.installed"),
     printcolumn(name = "Failed", type_ = "integer", json_path = ".status.nodes.failed"),
@@ -77,6 +77,7 @@ pub struct FetchStrategy {
     pub oci: Option<OciSource>,
     /// Per-platform artifacts, picked by the node's OS and architecture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
     pub platforms: Option<Vec<PlatformArtifact>>,
 }
 
@@ -98,11 +99,13 @@ pub struct AnonHttp {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://') || self.startsWith('file:///')")
         .message("location must be an http://, https:// or file:/// URL"))]
+    #[schemars(length(max = 4096))]
     pub location: Option<String>,
     /// SHA-256 of the downloaded bytes, 64 hex characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^[a-fA-F0-9]{64}$')")
         .message("sha256 must be 64 hexadecimal characters"))]
+    #[schemars(length(max = 128))]
     pub sha256: Option<String>,
 }
 
@@ -112,6 +115,7 @@ pub struct AnonHttp {
 pub struct OciSource {
     /// Image or artifact reference; pin it by digest (`registry/repo@sha256:...`).
     #[x_kube(validation = Rule::new("self.size() > 0").message("oci.reference must not be empty"))]
+    #[schemars(length(max = 4096))]
     pub reference: String,
     /// Digest of the layer holding the shim when the manifest has several; default: the only layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,17 +127,21 @@ pub struct OciSource {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlatformArtifact {
     /// Operating system, as Go names it (`linux`).
+    #[schemars(length(max = 64))]
     pub os: String,
     /// Architecture, as Go names it (`amd64`, `arm64`, ...).
+    #[schemars(length(max = 64))]
     pub arch: String,
     /// URL of the artifact for this platform.
     #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://') || self.startsWith('file:///')")
         .message("location must be an http://, https:// or file:/// URL"))]
+    #[schemars(length(max = 4096))]
     pub location: String,
     /// SHA-256 of the artifact for this platform.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^[a-fA-F0-9]{64}$')")
         .message("sha256 must be 64 hexadecimal characters"))]
+    #[schemars(length(max = 128))]
     pub sha256: Option<String>,
 }
 
@@ -144,11 +152,13 @@ pub struct RuntimeClassRef {
     /// Name of the RuntimeClass (a DNS-1123 subdomain).
     #[x_kube(validation = Rule::new("self.size() <= 253 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
         .message("runtimeClass.name must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters"))]
+    #[schemars(length(max = 512))]
     pub name: String,
     /// containerd runtime handler name; default: the Shim's metadata.name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.size() <= 63 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
         .message("runtimeClass.handler must be a DNS-1123 label: at most 63 lower-case letters, digits or '-', starting and ending with a letter or digit"))]
+    #[schemars(length(max = 128))]
     pub handler: Option<String>,
 }
 

@@ -96,6 +96,10 @@ pub struct InstalledShim {
     pub config_files: Vec<ConfigRecord>,
     pub state: ShimState,
     pub origin: Origin,
+    /// The RuntimeClass that sends pods to it (`spec.runtimeClass.name`), so an uninstall can
+    /// wait for its pods even after the Shim object is gone. Absent in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class: Option<String>,
     /// Unix time of the install.
     pub installed_at: u64,
 }

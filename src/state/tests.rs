@@ -19,6 +19,7 @@ fn sample() -> NodeState {
             }],
             state: ShimState::PendingVerification,
             origin: Origin::Offline,
+            runtime_class: None,
             installed_at: 1,
         },
     );

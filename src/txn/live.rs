@@ -66,6 +66,9 @@ pub trait HealthCheck {
 pub enum Change {
     /// Install or upgrade this Shim.
     Install(Box<Shim>),
+    /// Install or upgrade this Shim, recording where it came from (instead of the node's
+    /// default origin).
+    InstallAs(Box<Shim>, Origin),
     /// Uninstall the Shim with this name.
     Uninstall(String),
 }
@@ -254,35 +257,38 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let mut removes = Vec::new();
         let set = self.load_set()?;
         for c in changes {
-            match c {
-                Change::Install(shim) => {
-                    let prev = state.shims.get(shim.name());
-                    if let Some(p) = prev
-                        && p.spec_hash == spec_hash(&shim)
-                        && self.root.resolve(&p.binary)?.exists()
-                        && handler_in(&set, &p.handler)
-                    {
-                        report.unchanged.push(shim.name().to_string());
-                        continue;
+            let (shim, origin) = match c {
+                Change::Install(s) => (s, self.origin),
+                Change::InstallAs(s, o) => (s, o),
+                Change::Uninstall(name) => {
+                    match state.shims.get(&name) {
+                        Some(rec) => removes.push(rec.clone()),
+                        None => report.unchanged.push(name),
                     }
-                    if let Some(other) = state
-                        .shims
-                        .values()
-                        .find(|s| s.handler == shim.handler() && s.name != shim.name())
-                    {
-                        bail!(
-                            "handler {:?} is already installed for Shim {:?}",
-                            shim.handler(),
-                            other.name
-                        );
-                    }
-                    installs.push(shim);
+                    continue;
                 }
-                Change::Uninstall(name) => match state.shims.get(&name) {
-                    Some(rec) => removes.push(rec.clone()),
-                    None => report.unchanged.push(name),
-                },
+            };
+            let prev = state.shims.get(shim.name());
+            if let Some(p) = prev
+                && p.spec_hash == spec_hash(&shim)
+                && self.root.resolve(&p.binary)?.exists()
+                && handler_in(&set, &p.handler)
+            {
+                report.unchanged.push(shim.name().to_string());
+                continue;
             }
+            if let Some(other) = state
+                .shims
+                .values()
+                .find(|s| s.handler == shim.handler() && s.name != shim.name())
+            {
+                bail!(
+                    "handler {:?} is already installed for Shim {:?}",
+                    shim.handler(),
+                    other.name
+                );
+            }
+            installs.push((shim, origin));
         }
         if installs.is_empty() && removes.is_empty() {
             return Ok(report);
@@ -392,7 +398,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     async fn fetch_all(
         &self,
         state: &NodeState,
-        installs: &[Box<Shim>],
+        installs: &[(Box<Shim>, Origin)],
         undo: &mut Undo,
     ) -> anyhow::Result<Vec<Prepared>> {
         let store_dir = self.state_dir()?.join("store");
@@ -402,7 +408,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let artifacts = Store::open(&store_dir)?;
         let fetcher = fetcher(self.settings, self.platform.clone(), false)?;
         let mut out = Vec::new();
-        for shim in installs {
+        for (shim, origin) in installs {
             let spec = fetch_spec(shim, self.settings)?;
             let fetched = fetcher
                 .fetch(&spec, &artifacts)
@@ -434,7 +440,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     spec_hash: spec_hash(shim),
                     config_files: vec![],
                     state: ShimState::Installed,
-                    origin: self.origin,
+                    origin: *origin,
+                    runtime_class: Some(shim.spec.runtime_class.name.clone()),
                     installed_at: now_secs(),
                 },
                 binary_src: bin,

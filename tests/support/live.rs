@@ -169,3 +169,18 @@ pub fn config(w: &World) -> Vec<u8> {
 pub fn state(w: &World) -> shim_agent::state::NodeState {
     shim_agent::install::read_state(&w.root, &w.settings).unwrap()
 }
+
+/// A Shim manifest (YAML) for `kubectl apply`, with a fresh artifact holding `version`.
+pub fn shim_yaml(w: &World, name: &str, version: &str, selector: &str) -> String {
+    let bytes = tar_gz(&[
+        Entry::File("containerd-shim-x-v2", real_elf(), 0o755),
+        Entry::File("VERSION", version.as_bytes().to_vec(), 0o644),
+    ]);
+    let p = w.art.join(format!("{name}-{version}.tgz"));
+    std::fs::write(&p, &bytes).unwrap();
+    format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  nodeSelector: {{{selector}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file://{}\", sha256: {}}}}}\n  runtimeClass: {{name: {name}}}\n",
+        p.display(),
+        sha256_hex(&bytes)
+    )
+}

@@ -1,0 +1,754 @@
+//! The node agent: watch the cluster's Shims, this Node and the pods on it; make the node
+//! match (one transaction, one restart for every change that is ready); then label the
+//! Node, publish the per-node state and emit Events.
+//!
+//! # Guarantees
+//! - The label of a Shim is set only after containerd served its handler (the transaction
+//!   verified it through CRI); it is removed *before* an uninstall starts, and an uninstall
+//!   does not start unless that removal succeeded.
+//! - An uninstall waits while pods on the node use the Shim's RuntimeClass (`Blocked`).
+//! - A transaction finishes locally even when the API server is gone; the label and the state
+//!   annotation are recomputed from the local state every round, so they arrive once it is
+//!   back.
+//! - A failing Shim is retried with capped exponential backoff; a new spec retries at once.
+//!   When a batch of several changes fails without naming its culprit, each change is retried
+//!   alone, so one bad Shim does not hold back the others.
+//! - Rounds run on relevant changes only (Shim generations, this Node's labels, pods, files in
+//!   `shims.d`), not on status or heartbeat updates.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::{mpsc, watch as tokio_watch};
+use tokio::time::Instant;
+
+use super::FIELD_MANAGER;
+use super::nodestate::{self, FailureNote, NodeStates};
+use super::target::{self, Inputs, NodePlan, PodUse};
+use super::watch::{Tasks, spawn_reflector};
+use crate::api::Shim;
+use crate::daemon::{adopt_pending, read_static_shims};
+use crate::install::spec_hash;
+use crate::state::{NodeState, Origin, StateStore};
+use crate::txn::live::{Change, HealthCheck, Node, Report, Restarter};
+
+/// First retry after a failure; doubled per failure up to [`BACKOFF_MAX_SECS`].
+pub const BACKOFF_BASE_SECS: u64 = 10;
+/// Longest pause between attempts of a failing Shim.
+pub const BACKOFF_MAX_SECS: u64 = 600;
+/// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
+pub const NODE_SYNC_RETRY_SECS: u64 = 5;
+/// Quiet time after an event before a round starts, so changes that arrive together share
+/// one transaction (and one restart).
+pub const DEBOUNCE_MILLIS: u64 = 100;
+
+/// A failing change and when to try it again.
+#[derive(Debug, Clone)]
+struct Failure {
+    note: FailureNote,
+    /// The spec it failed at (a new spec retries at once).
+    spec_key: String,
+    attempts: u32,
+    /// When the change may run again; `None` once that time came (the note stays until the
+    /// change succeeds or fails anew).
+    retry_at: Option<Instant>,
+}
+
+/// Why a session ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    Shutdown,
+    /// The credentials on disk changed: connect again.
+    Reconnect,
+}
+
+/// The caches a round reads.
+struct Caches {
+    shims: Store<Shim>,
+    node: Store<KubeNode>,
+    pods: Store<Pod>,
+    _tasks: Tasks,
+}
+
+/// One agent session against one client.
+pub struct Agent<'n, 'a, R, H> {
+    pub node: &'n Node<'a, R, H>,
+    pub client: Client,
+    pub node_name: String,
+    /// How long to wait for this node's Node object before giving up.
+    pub node_wait: Duration,
+    failures: BTreeMap<String, Failure>,
+    solo: BTreeSet<String>,
+    blocked_seen: BTreeMap<String, Vec<String>>,
+    conflicts_seen: BTreeSet<String>,
+    node_sync_due: Option<Instant>,
+    node_sync_failures: u32,
+    recorder: Recorder,
+}
+
+impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
+    pub fn new(node: &'n Node<'a, R, H>, client: Client, node_name: String) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(node_name.clone()),
+        };
+        Agent {
+            node,
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            node_name,
+            node_wait: Duration::from_secs(60),
+            failures: BTreeMap::new(),
+            solo: BTreeSet::new(),
+            blocked_seen: BTreeMap::new(),
+            conflicts_seen: BTreeSet::new(),
+            node_sync_due: None,
+            node_sync_failures: 0,
+        }
+    }
+
+    fn start_watches(&self, nudge: &mpsc::Sender<()>) -> Caches {
+        let c = &self.client;
+        let (shims, t1) = spawn_reflector(
+            Api::<Shim>::all(c.clone()),
+            watcher::Config::default(),
+            "shims",
+            nudge.clone(),
+        );
+        let (node, t2) = spawn_reflector(
+            Api::<KubeNode>::all(c.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={}", self.node_name)),
+            "node",
+            nudge.clone(),
+        );
+        let (pods, t3) = spawn_reflector(
+            Api::<Pod>::all(c.clone()),
+            watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name)),
+            "pods",
+            nudge.clone(),
+        );
+        Caches {
+            shims,
+            node,
+            pods,
+            _tasks: Tasks(vec![t1, t2, t3]),
+        }
+    }
+
+    /// Run until `shutdown` turns true or the credentials change. `files` nudges a round
+    /// when `shims.d` or containerd's files change.
+    pub async fn run(
+        &mut self,
+        store: &StateStore,
+        state: &mut NodeState,
+        mut shutdown: tokio_watch::Receiver<bool>,
+        files: &mut mpsc::Receiver<()>,
+        mut credentials_changed: impl FnMut() -> bool,
+    ) -> anyhow::Result<Exit> {
+        adopt_pending(&self.node.health, store, state).await?;
+        let (nudge_tx, mut nudge) = mpsc::channel::<()>(1);
+        let caches = self.start_watches(&nudge_tx);
+        self.wait_for_caches(&caches, &mut shutdown).await?;
+        tracing::info!(node = %self.node_name, "watching Shims, this Node and its pods");
+        let mut last_fp = None;
+        let mut cred_check =
+            tokio::time::interval(Duration::from_secs(super::connect::CREDENTIAL_CHECK_SECS));
+        loop {
+            let due = self.next_due();
+            let timer_fired = due.is_some_and(|d| d <= Instant::now());
+            let fp = fingerprint(&caches);
+            if timer_fired || last_fp != Some(fp) {
+                last_fp = Some(fp);
+                self.round(store, state, &caches).await;
+            }
+            let due = self.next_due();
+            tokio::select! {
+                _ = shutdown.changed() => return Ok(Exit::Shutdown),
+                Some(()) = nudge.recv() => {
+                    tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
+                    while nudge.try_recv().is_ok() {}
+                }
+                Some(()) = files.recv() => {
+                    tokio::time::sleep(Duration::from_millis(crate::daemon::DEBOUNCE_MILLIS)).await;
+                    while files.try_recv().is_ok() {}
+                    last_fp = None;
+                }
+                _ = sleep_until_opt(due) => {}
+                _ = cred_check.tick() => {
+                    if credentials_changed() {
+                        tracing::info!("credentials changed on disk; reconnecting");
+                        return Ok(Exit::Reconnect);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn wait_for_caches(
+        &self,
+        caches: &Caches,
+        shutdown: &mut tokio_watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let ready = async {
+            let _ = caches.shims.wait_until_ready().await;
+            let _ = caches.pods.wait_until_ready().await;
+            let _ = caches.node.wait_until_ready().await;
+            loop {
+                if !caches.node.state().is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        tokio::select! {
+            _ = ready => Ok(()),
+            _ = shutdown.changed() => Ok(()),
+            _ = tokio::time::sleep(self.node_wait) => {
+                if caches.node.wait_until_ready().await.is_ok() && caches.node.state().is_empty() {
+                    anyhow::bail!(
+                        "no Node named {:?} in the cluster (waited {} s): set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)",
+                        self.node_name,
+                        self.node_wait.as_secs()
+                    )
+                }
+                anyhow::bail!(
+                    "the watches did not sync within {} s: check that the API server is reachable and that this identity may list Shims, its Node and its pods",
+                    self.node_wait.as_secs()
+                )
+            }
+        }
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.failures
+            .values()
+            .filter_map(|f| f.retry_at)
+            .chain(self.node_sync_due)
+            .min()
+    }
+
+    /// One round: plan, unlabel, transaction, report.
+    async fn round(&mut self, store: &StateStore, state: &mut NodeState, caches: &Caches) {
+        let Some(kube_node) = caches.node.state().first().map(|n| (**n).clone()) else {
+            return;
+        };
+        let mut current = kube_node;
+        let cluster: Vec<Shim> = caches.shims.state().iter().map(|s| (**s).clone()).collect();
+        let dir = self
+            .node
+            .root
+            .resolve(&self.node.settings.paths.static_shims_dir)
+            .ok();
+        let (statics, errors) = dir.map(|d| read_static_shims(&d)).unwrap_or_default();
+        for e in &errors {
+            tracing::error!(error = %e, "ignoring a static Shim file until it is fixed");
+        }
+        let pods: Vec<PodUse> = caches.pods.state().iter().map(|p| pod_use(p)).collect();
+        let now = Instant::now();
+        self.forget_stale_failures(&cluster);
+        let mut held = BTreeSet::new();
+        for (name, f) in &mut self.failures {
+            match f.retry_at {
+                Some(t) if t > now => {
+                    held.insert(name.clone());
+                }
+                _ => f.retry_at = None,
+            }
+        }
+        let labels = current.labels().clone();
+        let mut plan = {
+            let inputs = Inputs {
+                node_labels: &labels,
+                cluster: &cluster,
+                statics: &statics,
+                statics_ok: errors.is_empty(),
+                state,
+                pods: &pods,
+                held: &held,
+            };
+            target::plan_node(&inputs)
+        };
+        self.restrict_to_solo(&mut plan, state);
+
+        // Labels off before any uninstall; no uninstall if that failed.
+        if let Some(patch) = nodestate::unlabel_patch(&labels, &plan.unlabel) {
+            match self.patch_node(patch).await {
+                Ok(n) => current = n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot remove Shim labels from the Node; uninstalls wait");
+                    plan.changes.retain(|c| !matches!(c, Change::Uninstall(_)));
+                    self.schedule_node_sync();
+                }
+            }
+        }
+        let work = real_work(&plan.changes, state);
+        if !work.is_empty() {
+            // Announce what is under way (best effort).
+            current = self
+                .sync_node(
+                    current,
+                    &cluster,
+                    &statics,
+                    errors.is_empty(),
+                    state,
+                    &pods,
+                    &held,
+                    &plan,
+                )
+                .await;
+        }
+        let before = state.clone();
+        let result = self
+            .node
+            .apply_with(store, state, plan.changes.clone())
+            .await;
+        match result {
+            Ok(report) => self.succeeded(&report, &before, &cluster, &current).await,
+            Err(e) => self.failed(e, &work, &before, &cluster, &current).await,
+        }
+        self.adopt_into_cluster(store, state, &cluster, &statics, &labels);
+        self.report_blocked_and_conflicts(&plan, &cluster, &current)
+            .await;
+        self.sync_node(
+            current,
+            &cluster,
+            &statics,
+            errors.is_empty(),
+            state,
+            &pods,
+            &held,
+            &plan,
+        )
+        .await;
+    }
+
+    /// After a batch failed without naming its culprit, run one change at a time.
+    fn restrict_to_solo(&mut self, plan: &mut NodePlan, state: &NodeState) {
+        if self.solo.is_empty() {
+            return;
+        }
+        let work = real_work(&plan.changes, state);
+        let Some(first) = work.iter().find(|n| self.solo.contains(*n)).cloned() else {
+            self.solo.clear();
+            return;
+        };
+        self.solo.remove(&first);
+        plan.changes.retain(|c| {
+            let n = change_name(c);
+            n == first || !work.iter().any(|w| w == n)
+        });
+    }
+
+    fn forget_stale_failures(&mut self, cluster: &[Shim]) {
+        self.failures.retain(|name, f| {
+            match cluster.iter().find(|s| s.name() == name) {
+                // a new spec: try at once
+                Some(s) => f.spec_key == spec_key(s) || f.spec_key == UNINSTALL_KEY,
+                None => f.spec_key == UNINSTALL_KEY,
+            }
+        });
+    }
+
+    async fn succeeded(
+        &mut self,
+        report: &Report,
+        before: &NodeState,
+        cluster: &[Shim],
+        node: &KubeNode,
+    ) {
+        for name in report
+            .installed
+            .iter()
+            .chain(&report.removed)
+            .chain(&report.unchanged)
+        {
+            self.failures.remove(name);
+        }
+        for name in &report.installed {
+            let upgraded = before.shims.contains_key(name);
+            let (reason, verb) = if upgraded {
+                ("Upgraded", "upgraded")
+            } else {
+                ("Installed", "installed")
+            };
+            let digest = report_digest(before, name);
+            let note = format!(
+                "{name} {verb} on node {}: containerd serves its handler{digest}",
+                self.node_name
+            );
+            tracing::info!(shim = %name, node = %self.node_name, "{note}");
+            self.emit(cluster, name, node, EventType::Normal, reason, note)
+                .await;
+        }
+        for name in &report.removed {
+            let note = format!("{name} uninstalled from node {}", self.node_name);
+            tracing::info!(shim = %name, node = %self.node_name, "{note}");
+            self.emit(cluster, name, node, EventType::Normal, "Uninstalled", note)
+                .await;
+        }
+    }
+
+    async fn failed(
+        &mut self,
+        e: anyhow::Error,
+        work: &[String],
+        before: &NodeState,
+        cluster: &[Shim],
+        node: &KubeNode,
+    ) {
+        let message = format!("{e:#}");
+        let reason = error_reason(&e);
+        let culprit: Vec<String> = match work {
+            [one] => vec![one.clone()],
+            many => many
+                .iter()
+                .filter(|n| message.contains(&format!("Shim {n:?}")))
+                .cloned()
+                .collect(),
+        };
+        if culprit.is_empty() && work.len() > 1 {
+            tracing::warn!(error = %message, "a batch of changes failed; trying each alone");
+            self.solo.extend(work.iter().cloned());
+            self.failures.clear();
+            return;
+        }
+        for name in culprit {
+            let shim = cluster.iter().find(|s| s.name() == name);
+            let key = shim.map(spec_key).unwrap_or_else(|| UNINSTALL_KEY.into());
+            let attempts = self
+                .failures
+                .get(&name)
+                .filter(|f| f.spec_key == key)
+                .map(|f| f.attempts + 1)
+                .unwrap_or(1);
+            let pause = backoff(attempts);
+            tracing::error!(shim = %name, node = %self.node_name, %reason, error = %message, retry_in_secs = pause.as_secs(), "change failed");
+            let ev_reason = match (before.shims.contains_key(&name), shim.is_some()) {
+                (_, false) => "UninstallFailed",
+                (true, true) if message.contains("rolled back") => "RolledBack",
+                (true, true) => "UpgradeFailed",
+                (false, _) if message.contains("rolled back") => "RolledBack",
+                (false, _) => "InstallFailed",
+            };
+            let note = format!("{reason}: {message}");
+            self.emit(cluster, &name, node, EventType::Warning, ev_reason, note)
+                .await;
+            self.failures.insert(
+                name.clone(),
+                Failure {
+                    note: FailureNote {
+                        reason: reason.to_string(),
+                        message: message.clone(),
+                        generation: shim.and_then(|s| s.metadata.generation),
+                    },
+                    spec_key: key,
+                    attempts,
+                    retry_at: Some(Instant::now() + pause),
+                },
+            );
+        }
+    }
+
+    /// Shims the cluster wants that were installed offline (or by the CLI) become the
+    /// cluster's: from now on the cluster also removes them.
+    fn adopt_into_cluster(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        cluster: &[Shim],
+        statics: &[Shim],
+        labels: &BTreeMap<String, String>,
+    ) {
+        let inputs = Inputs {
+            node_labels: labels,
+            cluster,
+            statics,
+            statics_ok: true,
+            state,
+            pods: &[],
+            held: &BTreeSet::new(),
+        };
+        let wanted: Vec<String> = target::wanted_from_cluster(&inputs)
+            .iter()
+            .map(|s| s.name().to_string())
+            .collect();
+        let mut changed = false;
+        for name in wanted {
+            if let Some(rec) = state.shims.get_mut(&name)
+                && matches!(rec.origin, Origin::Offline | Origin::Cli)
+            {
+                rec.origin = Origin::Cluster;
+                changed = true;
+            }
+        }
+        if changed && let Err(e) = store.save(state) {
+            tracing::error!(error = %e, "cannot record adopted shims");
+        }
+    }
+
+    async fn report_blocked_and_conflicts(
+        &mut self,
+        plan: &NodePlan,
+        cluster: &[Shim],
+        node: &KubeNode,
+    ) {
+        for (name, pods) in &plan.blocked {
+            if self.blocked_seen.get(name) != Some(pods) {
+                let note = format!(
+                    "uninstall of {name} from node {} waits for pods that use its RuntimeClass: {}",
+                    self.node_name,
+                    pods.join(", ")
+                );
+                tracing::info!(shim = %name, "{note}");
+                self.emit(
+                    cluster,
+                    name,
+                    node,
+                    EventType::Warning,
+                    "UninstallBlocked",
+                    note,
+                )
+                .await;
+            }
+        }
+        self.blocked_seen = plan.blocked.clone();
+        for name in &plan.conflicts {
+            if self.conflicts_seen.insert(name.clone()) {
+                let note = format!(
+                    "node {} runs the static Shim {name:?} from shims.d instead of the cluster's",
+                    self.node_name
+                );
+                tracing::warn!(shim = %name, "{note}");
+                self.emit(
+                    cluster,
+                    name,
+                    node,
+                    EventType::Warning,
+                    "StaticShimWins",
+                    note,
+                )
+                .await;
+            }
+        }
+        self.conflicts_seen.retain(|n| plan.conflicts.contains(n));
+    }
+
+    /// Move the Node's labels and state annotation to what the local state says.
+    #[allow(clippy::too_many_arguments)]
+    async fn sync_node(
+        &mut self,
+        current: KubeNode,
+        cluster: &[Shim],
+        statics: &[Shim],
+        statics_ok: bool,
+        state: &NodeState,
+        pods: &[PodUse],
+        held: &BTreeSet<String>,
+        plan: &NodePlan,
+    ) -> KubeNode {
+        let labels_now = current.labels().clone();
+        let inputs = Inputs {
+            node_labels: &labels_now,
+            cluster,
+            statics,
+            statics_ok,
+            state,
+            pods,
+            held,
+        };
+        let notes: BTreeMap<String, FailureNote> = self
+            .failures
+            .iter()
+            .map(|(n, f)| (n.clone(), f.note.clone()))
+            .collect();
+        let annotations = current.metadata.annotations.as_ref();
+        let previous: NodeStates = nodestate::parse_states(annotations);
+        let present = annotations.is_some_and(|a| a.contains_key(super::STATE_ANNOTATION));
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
+        let labels = target::labels_wanted(&inputs);
+        let Some(patch) = nodestate::node_patch(&labels_now, &previous, present, &labels, &states)
+        else {
+            self.node_sync_due = None;
+            self.node_sync_failures = 0;
+            return current;
+        };
+        match self.patch_node(patch).await {
+            Ok(n) => {
+                self.node_sync_due = None;
+                self.node_sync_failures = 0;
+                n
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot update the Node's Shim labels and state; retrying");
+                self.schedule_node_sync();
+                current
+            }
+        }
+    }
+
+    fn schedule_node_sync(&mut self) {
+        self.node_sync_failures += 1;
+        let secs = (NODE_SYNC_RETRY_SECS << self.node_sync_failures.min(6)).min(60);
+        self.node_sync_due = Some(Instant::now() + Duration::from_secs(secs));
+    }
+
+    async fn patch_node(&self, patch: serde_json::Value) -> Result<KubeNode, kube::Error> {
+        Api::<KubeNode>::all(self.client.clone())
+            .patch(
+                &self.node_name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Merge(&patch),
+            )
+            .await
+    }
+
+    /// An Event on the Shim (when it still exists) and on the Node; failures to publish are
+    /// logged at debug level only (Events are best effort).
+    async fn emit(
+        &self,
+        cluster: &[Shim],
+        shim: &str,
+        node: &KubeNode,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let mut note = note;
+        note.truncate(1000);
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        let mut refs = vec![node.object_ref(&())];
+        if let Some(s) = cluster.iter().find(|s| s.name() == shim) {
+            refs.push(s.object_ref(&()));
+        }
+        for r in refs {
+            if let Err(e) = self.recorder.publish(&ev, &r).await {
+                tracing::debug!(error = %e, "cannot publish an Event");
+            }
+        }
+    }
+}
+
+const UNINSTALL_KEY: &str = "uninstall";
+
+fn spec_key(shim: &Shim) -> String {
+    format!("{}:{}", shim.uid().unwrap_or_default(), spec_hash(shim))
+}
+
+fn backoff(attempts: u32) -> Duration {
+    let secs = BACKOFF_BASE_SECS.saturating_mul(1 << attempts.saturating_sub(1).min(10));
+    Duration::from_secs(secs.min(BACKOFF_MAX_SECS))
+}
+
+fn change_name(c: &Change) -> &str {
+    match c {
+        Change::Install(s) | Change::InstallAs(s, _) => s.name(),
+        Change::Uninstall(n) => n,
+    }
+}
+
+/// Names of the changes that will really change the node (not a re-check of an installed,
+/// up-to-date shim).
+fn real_work(changes: &[Change], state: &NodeState) -> Vec<String> {
+    changes
+        .iter()
+        .filter(|c| match c {
+            Change::Uninstall(n) => state.shims.contains_key(n),
+            Change::Install(s) | Change::InstallAs(s, _) => state
+                .shims
+                .get(s.name())
+                .is_none_or(|r| r.spec_hash != spec_hash(s)),
+        })
+        .map(|c| change_name(c).to_string())
+        .collect()
+}
+
+fn report_digest(before: &NodeState, name: &str) -> String {
+    before
+        .shims
+        .get(name)
+        .map(|r| format!(" (was sha256:{})", r.artifact_sha256))
+        .unwrap_or_default()
+}
+
+fn pod_use(p: &Pod) -> PodUse {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    PodUse {
+        name: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+        runtime_class: p.spec.as_ref().and_then(|s| s.runtime_class_name.clone()),
+        finished: matches!(phase, Some("Succeeded" | "Failed")),
+    }
+}
+
+/// What a round depends on: Shim identities and generations, this Node's labels, the pods'
+/// RuntimeClasses. Status writes and heartbeats do not change it.
+fn fingerprint(c: &Caches) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut shims: Vec<(String, Option<i64>, bool, Option<String>)> = c
+        .shims
+        .state()
+        .iter()
+        .map(|s| {
+            (
+                s.name(),
+                s.metadata.generation,
+                s.metadata.deletion_timestamp.is_some(),
+                s.uid(),
+            )
+        })
+        .map(|(n, g, d, u)| (n.to_string(), g, d, u))
+        .collect();
+    shims.sort();
+    shims.hash(&mut h);
+    for n in c.node.state() {
+        n.labels().hash(&mut h);
+    }
+    let mut pods: Vec<PodUse> = c.pods.state().iter().map(|p| pod_use(p)).collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    for p in pods {
+        (p.name, p.runtime_class, p.finished).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The machine-readable reason of a failed transaction (the first typed error in the chain).
+pub fn error_reason(e: &anyhow::Error) -> &'static str {
+    for cause in e.chain() {
+        if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
+            return a.reason();
+        }
+        if let Some(c) = cause.downcast_ref::<crate::containerd::ConfigError>() {
+            return c.reason();
+        }
+    }
+    let text = format!("{e:#}");
+    if text.contains("the rollback failed too") {
+        "Broken"
+    } else if text.contains("rolled back") {
+        "RolledBack"
+    } else if text.contains("is already installed for Shim") {
+        "HandlerInUse"
+    } else {
+        "TransactionFailed"
+    }
+}
+
+async fn sleep_until_opt(due: Option<Instant>) {
+    match due {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,303 @@
+//! The coordinator: one agent at a time, elected on the [`COORDINATOR_LEASE`], does the
+//! cluster-wide work for every Shim (docs/design.md §6):
+//! - adds the [`FINALIZER`];
+//! - server-side-applies the RuntimeClass (handler, and `scheduling.nodeSelector` on the
+//!   node label) once a node serves the handler; a RuntimeClass of that name that the Shim
+//!   does not own is left alone and reported (`RuntimeClassConflict`);
+//! - writes `status` from the Nodes' labels and annotations, only when it changed and at
+//!   most once per `status_interval` per Shim;
+//! - on delete, removes the RuntimeClass, then the finalizer once no node carries the
+//!   Shim's label or state.
+//!
+//! Every write is idempotent; finalizer edits are guarded by resourceVersion.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::{mpsc, watch as tokio_watch};
+use tokio::time::Instant;
+
+use super::election::{LeaseLock, Timings, lead};
+use super::nodestate::parse_states;
+use super::status::{NodeView, compute_status};
+use super::watch::{Tasks, spawn_reflector};
+use super::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, NAMESPACE, node_label};
+use crate::api::Shim;
+use crate::api::lease::ShimLease;
+
+/// Coordinator settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CoordinatorConfig {
+    pub timings: Timings,
+    /// Least time between two status writes of one Shim.
+    pub status_interval: Duration,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            timings: Timings::default(),
+            status_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Take part in the election until `stop` turns true; lead while elected.
+pub async fn run(
+    client: Client,
+    identity: String,
+    config: CoordinatorConfig,
+    stop: tokio_watch::Receiver<bool>,
+) {
+    let api = Api::<ShimLease>::namespaced(client.clone(), NAMESPACE);
+    let mut lock = LeaseLock::new(api, COORDINATOR_LEASE, &identity, config.timings);
+    loop {
+        let c = client.clone();
+        lead(&mut lock, stop.clone(), || duties(c, config)).await;
+        if *stop.borrow() {
+            if let Err(e) = lock.release().await {
+                tracing::debug!(error = %e, "cannot release the coordinator lease");
+            }
+            return;
+        }
+    }
+}
+
+/// The leader's loop: watch Shims, Nodes and RuntimeClasses; reconcile every Shim on change.
+async fn duties(client: Client, config: CoordinatorConfig) {
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let cfg = watcher::Config::default;
+    let (shims, t1) = spawn_reflector(
+        Api::<Shim>::all(client.clone()),
+        cfg(),
+        "coordinator shims",
+        tx.clone(),
+    );
+    let (nodes, t2) = spawn_reflector(
+        Api::<KubeNode>::all(client.clone()),
+        cfg(),
+        "coordinator nodes",
+        tx.clone(),
+    );
+    let (classes, t3) = spawn_reflector(
+        Api::<RuntimeClass>::all(client.clone()),
+        cfg(),
+        "runtimeclasses",
+        tx,
+    );
+    let _tasks = Tasks(vec![t1, t2, t3]);
+    let _ = shims.wait_until_ready().await;
+    let _ = nodes.wait_until_ready().await;
+    let _ = classes.wait_until_ready().await;
+    let mut c = Coordinator {
+        client,
+        config,
+        last_status_write: BTreeMap::new(),
+    };
+    loop {
+        let views = node_views(&nodes);
+        let mut next: Option<Instant> = None;
+        for shim in shims.state() {
+            let due = match c.reconcile(&shim, &views, &classes).await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::warn!(shim = %shim.name_any(), error = %e, "coordinator: cannot reconcile; retrying");
+                    Some(Instant::now() + Duration::from_secs(5))
+                }
+            };
+            next = match (next, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        tokio::select! {
+            Some(()) = rx.recv() => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                while rx.try_recv().is_ok() {}
+            }
+            _ = async {
+                match next {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    }
+}
+
+fn node_views(nodes: &Store<KubeNode>) -> Vec<NodeView> {
+    nodes
+        .state()
+        .iter()
+        .map(|n| NodeView {
+            name: n.name_any(),
+            labels: n.labels().clone(),
+            states: parse_states(n.metadata.annotations.as_ref()),
+        })
+        .collect()
+}
+
+struct Coordinator {
+    client: Client,
+    config: CoordinatorConfig,
+    last_status_write: BTreeMap<String, Instant>,
+}
+
+impl Coordinator {
+    /// Reconcile one Shim; returns when it wants to be looked at again (a throttled status).
+    async fn reconcile(
+        &mut self,
+        shim: &Shim,
+        nodes: &[NodeView],
+        classes: &Store<RuntimeClass>,
+    ) -> Result<Option<Instant>, kube::Error> {
+        let name = shim.name_any();
+        let shims = Api::<Shim>::all(self.client.clone());
+        let deleting = shim.metadata.deletion_timestamp.is_some();
+        let has_finalizer = shim.finalizers().iter().any(|f| f == FINALIZER);
+        if !deleting && !has_finalizer {
+            let mut finalizers = shim.finalizers().to_vec();
+            finalizers.push(FINALIZER.into());
+            let patch = serde_json::json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": shim.resource_version(),
+            }});
+            shims
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+
+        let rc_name = &shim.spec.runtime_class.name;
+        let existing = classes.get(&ObjectRef::new(rc_name));
+        let uid = shim.uid().unwrap_or_default();
+        let ours = existing
+            .as_ref()
+            .map(|rc| rc.owner_references().iter().any(|o| o.uid == uid));
+        let rc_problem = match ours {
+            Some(false) => Some((
+                "RuntimeClassConflict",
+                format!(
+                    "RuntimeClass {rc_name:?} already exists and does not belong to this Shim; delete it or set another spec.runtimeClass.name"
+                ),
+            )),
+            _ => None,
+        };
+        let label = node_label(&name);
+        let served = nodes
+            .iter()
+            .any(|n| n.labels.get(&label).map(String::as_str) == Some("true"));
+        let rc_api = Api::<RuntimeClass>::all(self.client.clone());
+        if deleting {
+            if ours == Some(true) {
+                delete_ignoring_missing(&rc_api, rc_name).await?;
+            }
+        } else if rc_problem.is_none() && served {
+            let desired = runtime_class(shim);
+            match existing.as_deref() {
+                Some(rc) if rc.handler != desired.handler => {
+                    // The handler is immutable: replace the RuntimeClass.
+                    delete_ignoring_missing(&rc_api, rc_name).await?;
+                }
+                Some(rc) if same_class(rc, &desired) => {}
+                _ => {
+                    let pp = PatchParams::apply(FIELD_MANAGER).force();
+                    rc_api.patch(rc_name, &pp, &Patch::Apply(&desired)).await?;
+                    tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass applied");
+                }
+            }
+        }
+
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let status = compute_status(shim, nodes, rc_problem, shim.status.as_ref(), &now);
+        let mut due = None;
+        if shim.status.as_ref() != Some(&status) {
+            let last = self.last_status_write.get(&name).copied();
+            match last {
+                Some(t) if t.elapsed() < self.config.status_interval => {
+                    due = Some(t + self.config.status_interval);
+                }
+                _ => {
+                    let patch = serde_json::json!({ "status": status });
+                    shims
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                    self.last_status_write.insert(name.clone(), Instant::now());
+                }
+            }
+        }
+
+        if deleting && has_finalizer {
+            let clean = nodes
+                .iter()
+                .all(|n| !n.labels.contains_key(&label) && !n.states.contains_key(&name));
+            if clean && ours != Some(true) {
+                let finalizers: Vec<String> = shim
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != FINALIZER)
+                    .cloned()
+                    .collect();
+                let patch = serde_json::json!({"metadata": {
+                    "finalizers": finalizers,
+                    "resourceVersion": shim.resource_version(),
+                }});
+                shims
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                self.last_status_write.remove(&name);
+                tracing::info!(shim = %name, "every node is clean; finalizer removed");
+            }
+        }
+        Ok(due)
+    }
+}
+
+async fn delete_ignoring_missing(api: &Api<RuntimeClass>, name: &str) -> Result<(), kube::Error> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The RuntimeClass a Shim wants: its handler, scheduled onto nodes with its label, owned by
+/// the Shim (garbage-collected with it).
+pub fn runtime_class(shim: &Shim) -> RuntimeClass {
+    use k8s_openapi::api::node::v1::Scheduling;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let owner = shim.controller_owner_ref(&());
+    RuntimeClass {
+        metadata: ObjectMeta {
+            name: Some(shim.spec.runtime_class.name.clone()),
+            labels: Some([(MANAGED_BY_LABEL.to_string(), FIELD_MANAGER.to_string())].into()),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        handler: shim.handler().to_string(),
+        scheduling: Some(Scheduling {
+            node_selector: Some([(node_label(&shim.name_any()), "true".to_string())].into()),
+            tolerations: None,
+        }),
+        overhead: None,
+    }
+}
+
+fn same_class(have: &RuntimeClass, want: &RuntimeClass) -> bool {
+    have.handler == want.handler
+        && have
+            .scheduling
+            .as_ref()
+            .and_then(|s| s.node_selector.as_ref())
+            == want
+                .scheduling
+                .as_ref()
+                .and_then(|s| s.node_selector.as_ref())
+        && have.owner_references() == want.owner_references()
+}

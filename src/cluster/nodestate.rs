@@ -1,0 +1,230 @@
+//! The agent's per-node report, pure: the `containerd.x-k8s.io/shim-state` annotation (one
+//! JSON map for all Shims) and the Shim labels, and the merge patch that moves the Node there.
+//!
+//! The annotation is the only per-node record of progress the coordinator reads; the label is
+//! the scheduling signal, set only once containerd serves the handler (verified).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::target::{Inputs, NodePlan, wanted_from_cluster};
+use super::{GROUP, STATE_ANNOTATION, node_label};
+use crate::install::spec_hash;
+use crate::state::ShimState;
+
+/// Where one Shim stands on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodePhase {
+    /// Wanted, not installed yet (fetching, waiting or in the transaction).
+    Installing,
+    /// Installed at an older spec; the new one is on its way.
+    Upgrading,
+    /// Installed offline; waiting for containerd to prove it serves the handler.
+    PendingVerification,
+    /// containerd serves the handler at the Shim's current spec.
+    Installed,
+    /// No longer wanted; the uninstall is under way.
+    Uninstalling,
+    /// No longer wanted, but pods on the node still use its RuntimeClass.
+    Blocked,
+    /// The last attempt failed (and was rolled back); retried with backoff.
+    Failed,
+    /// A static Shim of the same name runs here instead.
+    Conflict,
+}
+
+/// One entry of the annotation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShimNodeState {
+    pub phase: NodePhase,
+    /// SHA-256 of the installed artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Machine-readable reason (CamelCase) for Failed, Blocked and Conflict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What a person reads: the error, or the pods that block an uninstall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The Shim generation this entry is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// RFC 3339 time the phase began.
+    pub since: String,
+}
+
+/// The annotation's value: Shim name → state.
+pub type NodeStates = BTreeMap<String, ShimNodeState>;
+
+/// A failed attempt the agent remembers (and backs off on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureNote {
+    pub reason: String,
+    pub message: String,
+    /// The Shim generation that failed.
+    pub generation: Option<i64>,
+}
+
+/// Read the annotation (absent or unreadable: empty; a foreign edit is simply replaced).
+pub fn parse_states(annotations: Option<&BTreeMap<String, String>>) -> NodeStates {
+    annotations
+        .and_then(|a| a.get(STATE_ANNOTATION))
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// The states this node reports, from what it wants, what it has and what failed. `since`
+/// is kept from `previous` while a phase does not change.
+pub fn states_wanted(
+    inputs: &Inputs<'_>,
+    plan: &NodePlan,
+    failures: &BTreeMap<String, FailureNote>,
+    previous: &NodeStates,
+    now: &str,
+) -> NodeStates {
+    let mut out = NodeStates::new();
+    let mut put = |name: &str, phase, digest, reason: Option<&str>, message, generation| {
+        let since = match previous.get(name) {
+            Some(p) if p.phase == phase => p.since.clone(),
+            _ => now.to_string(),
+        };
+        out.insert(
+            name.to_string(),
+            ShimNodeState {
+                phase,
+                digest,
+                reason: reason.map(str::to_string),
+                message,
+                generation,
+                since,
+            },
+        );
+    };
+    for shim in wanted_from_cluster(inputs) {
+        let name = shim.name();
+        let generation = shim.metadata.generation;
+        let rec = inputs.state.shims.get(name);
+        let digest = rec.map(|r| r.artifact_sha256.clone());
+        if let Some(f) = failures.get(name) {
+            let msg = Some(f.message.clone());
+            put(
+                name,
+                NodePhase::Failed,
+                digest,
+                Some(&f.reason),
+                msg,
+                f.generation,
+            );
+            continue;
+        }
+        let phase = match rec {
+            None => NodePhase::Installing,
+            Some(r) if r.state == ShimState::PendingVerification => NodePhase::PendingVerification,
+            Some(r) if r.state != ShimState::Installed => NodePhase::Installing,
+            Some(r) if r.spec_hash != spec_hash(shim) => NodePhase::Upgrading,
+            Some(_) => NodePhase::Installed,
+        };
+        put(name, phase, digest, None, None, generation);
+    }
+    for name in &plan.conflicts {
+        let msg = Some(format!(
+            "a static Shim {name:?} in shims.d runs on this node instead of the cluster's"
+        ));
+        put(
+            name,
+            NodePhase::Conflict,
+            None,
+            Some("StaticShimWins"),
+            msg,
+            None,
+        );
+    }
+    for name in &plan.unlabel {
+        let digest = inputs
+            .state
+            .shims
+            .get(name)
+            .map(|r| r.artifact_sha256.clone());
+        match (plan.blocked.get(name), failures.get(name)) {
+            (Some(pods), _) => {
+                let msg = Some(format!("pods still use it: {}", pods.join(", ")));
+                put(
+                    name,
+                    NodePhase::Blocked,
+                    digest,
+                    Some("PodsUseRuntimeClass"),
+                    msg,
+                    None,
+                );
+            }
+            (None, Some(f)) => {
+                let msg = Some(f.message.clone());
+                put(name, NodePhase::Failed, digest, Some(&f.reason), msg, None);
+            }
+            (None, None) => put(name, NodePhase::Uninstalling, digest, None, None, None),
+        }
+    }
+    out
+}
+
+/// The merge patch that moves the Node's Shim labels to `labels` and its annotation to
+/// `states`; `None` when the Node already is there. Labels under [`GROUP`]`/` that are not
+/// wanted are removed.
+pub fn node_patch(
+    current_labels: &BTreeMap<String, String>,
+    current_states: &NodeStates,
+    current_annotation_present: bool,
+    labels: &BTreeSet<String>,
+    states: &NodeStates,
+) -> Option<serde_json::Value> {
+    let mut label_patch = serde_json::Map::new();
+    let prefix = format!("{GROUP}/");
+    for key in current_labels.keys().filter(|k| k.starts_with(&prefix)) {
+        let name = &key[prefix.len()..];
+        if !labels.contains(name) {
+            label_patch.insert(key.clone(), serde_json::Value::Null);
+        }
+    }
+    for name in labels {
+        let key = node_label(name);
+        if current_labels.get(&key).map(String::as_str) != Some("true") {
+            label_patch.insert(key, "true".into());
+        }
+    }
+    let mut meta = serde_json::Map::new();
+    if !label_patch.is_empty() {
+        meta.insert("labels".into(), label_patch.into());
+    }
+    let annotation = if states.is_empty() {
+        current_annotation_present.then_some(serde_json::Value::Null)
+    } else if states != current_states || !current_annotation_present {
+        serde_json::to_string(states)
+            .ok()
+            .map(serde_json::Value::from)
+    } else {
+        None
+    };
+    if let Some(a) = annotation {
+        meta.insert(
+            "annotations".into(),
+            serde_json::json!({ STATE_ANNOTATION: a }),
+        );
+    }
+    (!meta.is_empty()).then(|| serde_json::json!({ "metadata": meta }))
+}
+
+/// The merge patch that only removes these Shim labels (before an uninstall).
+pub fn unlabel_patch(
+    current_labels: &BTreeMap<String, String>,
+    names: &BTreeSet<String>,
+) -> Option<serde_json::Value> {
+    let drop: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .map(|n| node_label(n))
+        .filter(|k| current_labels.contains_key(k))
+        .map(|k| (k, serde_json::Value::Null))
+        .collect();
+    (!drop.is_empty()).then(|| serde_json::json!({ "metadata": { "labels": drop } }))
+}

@@ -1,0 +1,62 @@
+//! `shim-agent run` with a cluster: recover the journal, then run the agent and take part in
+//! the coordinator election, reconnecting whenever the credentials on disk rotate.
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch as tokio_watch};
+
+use super::agent::{Agent, Exit};
+use super::connect::{self, CredentialWatch, Source};
+use super::coordinator::{self, CoordinatorConfig};
+use crate::txn::live::{HealthCheck, Node, Restarter};
+
+/// Settings of a cluster session.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    pub source: Source,
+    pub node_name: String,
+    pub coordinator: CoordinatorConfig,
+    /// How long to wait for this node's Node object at start.
+    pub node_wait: Duration,
+}
+
+/// Run until `shutdown` turns true.
+pub async fn run<R: Restarter, H: HealthCheck>(
+    node: &Node<'_, R, H>,
+    config: SessionConfig,
+    shutdown: tokio_watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let (store, mut state) = node.open().await?;
+    let (files_tx, mut files) = mpsc::channel::<()>(16);
+    let _watcher = crate::daemon::watch(&crate::daemon::watched_paths(node), files_tx)?;
+    let mut credentials = CredentialWatch::new(config.source.clone());
+    loop {
+        let client = connect::client(&config.source).await?;
+        tracing::info!(source = %config.source, node = %config.node_name, "connecting to the cluster");
+        let coordinator = tokio::spawn(coordinator::run(
+            client.clone(),
+            config.node_name.clone(),
+            config.coordinator,
+            shutdown.clone(),
+        ));
+        let mut agent = Agent::new(node, client, config.node_name.clone());
+        agent.node_wait = config.node_wait;
+        let exit = agent
+            .run(&store, &mut state, shutdown.clone(), &mut files, || {
+                credentials.changed()
+            })
+            .await;
+        match exit {
+            Ok(Exit::Reconnect) => coordinator.abort(),
+            Ok(Exit::Shutdown) => {
+                // the coordinator releases its lease on the same signal
+                let _ = tokio::time::timeout(Duration::from_secs(5), coordinator).await;
+                return Ok(());
+            }
+            Err(e) => {
+                coordinator.abort();
+                return Err(e);
+            }
+        }
+    }
+}

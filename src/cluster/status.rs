@@ -1,0 +1,189 @@
+//! A Shim's status, pure: counts and Cluster-API-style conditions from the Nodes' labels and
+//! `shim-state` annotations. Only the coordinator writes it (docs/design.md §6).
+//!
+//! - `targeted`: nodes the Shim selects; `installed`: targeted nodes with the label (they
+//!   serve the handler); `updating`: nodes with an install, upgrade, verification or
+//!   uninstall under way; `failed`: nodes whose last attempt at the current generation failed.
+//! - `Ready`: every targeted node serves the handler and the RuntimeClass is the Shim's.
+//! - `Progressing`: some node still has work to do. `Degraded`: some node failed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::node_label;
+use super::nodestate::{NodePhase, NodeStates};
+use super::target::targets;
+use crate::api::{Condition, NodeCounts, Shim, ShimStatus};
+
+/// Most node names quoted in a condition message.
+const MAX_NODES_IN_MESSAGE: usize = 5;
+
+/// What the coordinator knows of one Node.
+#[derive(Debug, Clone, Default)]
+pub struct NodeView {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub states: NodeStates,
+}
+
+/// Counts and conditions for `shim`. `rc_problem` is a reason and message when the
+/// RuntimeClass cannot be the Shim's (taken by another owner). Conditions keep their
+/// `lastTransitionTime` from `previous` while their status does not change.
+pub fn compute_status(
+    shim: &Shim,
+    nodes: &[NodeView],
+    rc_problem: Option<(&str, String)>,
+    previous: Option<&ShimStatus>,
+    now: &Time,
+) -> ShimStatus {
+    let name = shim.name();
+    let label = node_label(name);
+    let mut counts = NodeCounts::default();
+    let mut failures: Vec<(&str, &str, &str)> = Vec::new();
+    let mut blocked: Vec<&str> = Vec::new();
+    for n in nodes {
+        let targeted = targets(shim, &n.labels);
+        let st = n.states.get(name);
+        let current = |g: Option<i64>| g.is_none() || g == shim.metadata.generation;
+        if targeted {
+            counts.targeted += 1;
+            if n.labels.get(&label).map(String::as_str) == Some("true") {
+                counts.installed += 1;
+            }
+        }
+        match st {
+            Some(s) if s.phase == NodePhase::Failed && current(s.generation) => {
+                counts.failed += 1;
+                failures.push((
+                    &n.name,
+                    s.reason.as_deref().unwrap_or("Failed"),
+                    s.message.as_deref().unwrap_or(""),
+                ));
+            }
+            Some(s) if s.phase == NodePhase::Blocked => {
+                counts.updating += 1;
+                blocked.push(&n.name);
+            }
+            Some(s)
+                if matches!(
+                    s.phase,
+                    NodePhase::Installing
+                        | NodePhase::Upgrading
+                        | NodePhase::PendingVerification
+                        | NodePhase::Uninstalling
+                ) =>
+            {
+                counts.updating += 1
+            }
+            _ => {}
+        }
+    }
+    let deleting = shim.metadata.deletion_timestamp.is_some();
+    let progress = format!(
+        "{}/{} nodes serve the handler",
+        counts.installed, counts.targeted
+    );
+    let mut conds = Vec::new();
+    let ready = if deleting {
+        cond_false(
+            "Ready",
+            "Info",
+            "Deleting",
+            "the Shim is being removed from its nodes".into(),
+        )
+    } else if let Some((reason, msg)) = rc_problem.clone() {
+        cond_false("Ready", "Error", reason, msg)
+    } else if counts.targeted == 0 {
+        cond_false(
+            "Ready",
+            "Warning",
+            "NoTargetedNodes",
+            "spec.nodeSelector matches no node (without a selector: every node that is not a control plane)".into(),
+        )
+    } else if counts.installed == counts.targeted && counts.failed == 0 {
+        cond_true("Ready", "AllNodesReady", progress.clone())
+    } else if counts.failed > 0 {
+        cond_false("Ready", "Error", "NodesFailed", progress.clone())
+    } else {
+        cond_false("Ready", "Info", "RollingOut", progress.clone())
+    };
+    conds.push(ready);
+    let busy =
+        counts.updating > 0 || (!deleting && counts.installed + counts.failed < counts.targeted);
+    conds.push(if busy {
+        let msg = if blocked.is_empty() {
+            progress.clone()
+        } else {
+            format!(
+                "{progress}; uninstall blocked by pods on {}",
+                list(&blocked)
+            )
+        };
+        cond_true("Progressing", "RollingOut", msg)
+    } else {
+        cond_false("Progressing", "Info", "Complete", progress.clone())
+    });
+    conds.push(if let Some((_, reason, _)) = failures.first() {
+        let detail: Vec<String> = failures
+            .iter()
+            .take(MAX_NODES_IN_MESSAGE)
+            .map(|(n, r, m)| format!("{n}: {r}: {m}"))
+            .collect();
+        let more = failures.len().saturating_sub(MAX_NODES_IN_MESSAGE);
+        let tail = if more > 0 {
+            format!("; and {more} more")
+        } else {
+            String::new()
+        };
+        let mut c = cond_true("Degraded", reason, format!("{}{tail}", detail.join("; ")));
+        c.severity = Some("Error".into());
+        c
+    } else {
+        cond_false("Degraded", "Info", "NoFailures", "no node failed".into())
+    });
+    for c in &mut conds {
+        let before = previous
+            .and_then(|p| p.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|x| x.type_ == c.type_));
+        c.last_transition_time = match before {
+            Some(b) if b.status == c.status => b.last_transition_time.clone(),
+            _ => Some(now.clone()),
+        };
+    }
+    ShimStatus {
+        observed_generation: shim.metadata.generation,
+        nodes: Some(counts),
+        conditions: Some(conds),
+    }
+}
+
+fn list(names: &[&str]) -> String {
+    let shown: Vec<&str> = names.iter().take(MAX_NODES_IN_MESSAGE).copied().collect();
+    match names.len().saturating_sub(MAX_NODES_IN_MESSAGE) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
+fn cond_true(type_: &str, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: "True".into(),
+        severity: None,
+        last_transition_time: None,
+        reason: Some(reason.into()),
+        message: Some(message),
+    }
+}
+
+fn cond_false(type_: &str, severity: &str, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: "False".into(),
+        severity: Some(severity.into()),
+        last_transition_time: None,
+        reason: Some(reason.into()),
+        message: Some(message),
+    }
+}

@@ -1,0 +1,381 @@
+//! The agent against a real kube-apiserver (tests/support/kube.rs), under the node's own
+//! kubelet identity (system:node:<name>, NodeRestriction and RBAC as on a real node). The
+//! host side is the scripted containerd of tests/support/live.rs; the node-env tests run the
+//! same path with the real systemd and containerd.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use shim_agent::api::Shim;
+use shim_agent::cluster::connect::Source;
+use shim_agent::cluster::coordinator::CoordinatorConfig;
+use shim_agent::cluster::election::Timings;
+use shim_agent::cluster::session::{self, SessionConfig};
+use shim_agent::cluster::{STATE_ANNOTATION, node_label};
+use shim_agent::state::Origin;
+use support::kube::{KubeEnv, SERIAL, eventually, kube_env};
+use support::live::{FakeContainerd, World, fake, node, shim_yaml, world};
+
+/// Fast election timings for tests.
+fn fast() -> CoordinatorConfig {
+    CoordinatorConfig {
+        timings: Timings {
+            lease_duration: Duration::from_secs(3),
+            renew_deadline: Duration::from_secs(2),
+            retry_period: Duration::from_millis(500),
+        },
+        status_interval: Duration::from_millis(500),
+    }
+}
+
+struct Rig {
+    env: &'static KubeEnv,
+    name: String,
+    kubeconfig: PathBuf,
+    admin: Client,
+    w: World,
+}
+
+impl Rig {
+    /// A Node `<test>-node` labelled `test=<test>`, and its kubelet identity.
+    async fn new(test: &str) -> Option<Rig> {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let env = kube_env()?;
+        let name = format!("{test}-node");
+        env.create_node(&name, &[("test", test)]).await;
+        Some(Rig {
+            env,
+            kubeconfig: env.node_identity(&name),
+            admin: env.admin_client().await,
+            name,
+            w: world(),
+        })
+    }
+
+    fn config(&self) -> SessionConfig {
+        SessionConfig {
+            source: Source::Kubeconfig(self.kubeconfig.clone()),
+            node_name: self.name.clone(),
+            coordinator: fast(),
+            node_wait: Duration::from_secs(10),
+        }
+    }
+
+    async fn node(&self) -> KubeNode {
+        Api::<KubeNode>::all(self.admin.clone())
+            .get(&self.name)
+            .await
+            .unwrap()
+    }
+
+    async fn label(&self, shim: &str) -> Option<String> {
+        self.node().await.labels().get(&node_label(shim)).cloned()
+    }
+
+    async fn shim(&self, name: &str) -> Option<Shim> {
+        Api::<Shim>::all(self.admin.clone())
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    async fn condition(&self, shim: &str, type_: &str) -> Option<(String, String)> {
+        let s = self.shim(shim).await?;
+        let c = s
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == type_)?;
+        Some((c.status, c.reason.unwrap_or_default()))
+    }
+
+    /// Remove a Shim whatever state it is in (test cleanup, and leftovers of an earlier run).
+    async fn force_delete(&self, shim: &str) {
+        let api = Api::<Shim>::all(self.admin.clone());
+        let _ = api.delete(shim, &DeleteParams::default()).await;
+        let patch = serde_json::json!({"metadata": {"finalizers": null}});
+        let _ = api
+            .patch(shim, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        let rcs = Api::<RuntimeClass>::all(self.admin.clone());
+        let _ = rcs.delete(shim, &DeleteParams::default()).await;
+        eventually(30, "the old Shim and RuntimeClass gone", || async {
+            (self.shim(shim).await.is_none() && rcs.get_opt(shim).await.unwrap().is_none())
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+fn cluster_node<'a>(
+    w: &'a World,
+    f: &'a FakeContainerd,
+) -> shim_agent::txn::live::Node<'a, &'a FakeContainerd, &'a FakeContainerd> {
+    let mut n = node(w, f);
+    n.origin = Origin::Cluster;
+    n
+}
+
+/// Run the agent beside `body`; stop it when `body` ends.
+async fn with_agent<Fut: std::future::Future<Output = ()>>(
+    rig: &Rig,
+    f: &FakeContainerd,
+    body: impl FnOnce() -> Fut,
+) {
+    let n = cluster_node(&rig.w, f);
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let agent = session::run(&n, rig.config(), rx);
+    let body = async {
+        body().await;
+        let _ = tx.send(true);
+    };
+    let (result, ()) = tokio::join!(agent, body);
+    result.expect("agent session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_shim_is_installed_labelled_and_published_with_a_ready_status() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ka-apply").await else {
+        return;
+    };
+    let f = fake(&rig.w);
+    let shim = "ka-apply-spin";
+    rig.force_delete(shim).await;
+    with_agent(&rig, &f, || async {
+        let (ok, out) = rig
+            .env
+            .apply(&shim_yaml(&rig.w, shim, "1", "test: ka-apply"));
+        assert!(ok, "{out}");
+        eventually(30, "the node label", || async {
+            (rig.label(shim).await.as_deref() == Some("true")).then_some(())
+        })
+        .await;
+        let rc = eventually(30, "the RuntimeClass", || async {
+            Api::<RuntimeClass>::all(rig.admin.clone())
+                .get_opt(shim)
+                .await
+                .unwrap()
+        })
+        .await;
+        assert_eq!(rc.handler, shim);
+        let sel = rc.scheduling.unwrap().node_selector.unwrap();
+        assert_eq!(sel.get(&node_label(shim)).map(String::as_str), Some("true"));
+        eventually(30, "Ready=True", || async {
+            (rig.condition(shim, "Ready").await == Some(("True".into(), "AllNodesReady".into())))
+                .then_some(())
+        })
+        .await;
+        let s = rig.shim(shim).await.unwrap();
+        let counts = s.status.clone().unwrap().nodes.unwrap();
+        assert_eq!(
+            (counts.targeted, counts.installed, counts.failed),
+            (1, 1, 0)
+        );
+        assert!(
+            s.finalizers()
+                .contains(&"containerd.x-k8s.io/cleanup".to_string())
+        );
+        let state = rig.node().await.annotations()[STATE_ANNOTATION].clone();
+        assert!(state.contains("\"phase\":\"Installed\""), "{state}");
+        let (ok, table) = rig.env.kubectl(&["get", "shims", shim]);
+        assert!(ok, "{table}");
+        let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(&row[..6], [shim, shim, "1", "1", "0", "True"], "{table}");
+    })
+    .await;
+    assert_eq!(*f.restarts.borrow(), 1, "one containerd restart");
+    assert!(f.serving.borrow().contains(shim));
+    rig.force_delete(shim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_artifact_upgrades_the_node_with_one_restart() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ka-upgrade").await else {
+        return;
+    };
+    let f = fake(&rig.w);
+    let shim = "ka-upgrade-spin";
+    rig.force_delete(shim).await;
+    with_agent(&rig, &f, || async {
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "1", "test: ka-upgrade"));
+        eventually(30, "Ready after the install", || async {
+            (rig.condition(shim, "Ready").await.map(|c| c.0).as_deref() == Some("True"))
+                .then_some(())
+        })
+        .await;
+        eventually(30, "the state annotation", || async {
+            rig.node()
+                .await
+                .annotations()
+                .get(STATE_ANNOTATION)
+                .map(|_| ())
+        })
+        .await;
+        let digest = |n: KubeNode| {
+            n.annotations()
+                .get(STATE_ANNOTATION)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let before = digest(rig.node().await);
+        let (ok, out) = rig
+            .env
+            .apply(&shim_yaml(&rig.w, shim, "2", "test: ka-upgrade"));
+        assert!(ok, "{out}");
+        eventually(30, "the new digest on the node", || async {
+            let now = digest(rig.node().await);
+            (now != before && now.contains("\"phase\":\"Installed\"")).then_some(())
+        })
+        .await;
+        eventually(30, "Ready at generation 2", || async {
+            let s = rig.shim(shim).await?;
+            let st = s.status?;
+            (st.observed_generation == Some(2)
+                && st
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"))
+            .then_some(())
+        })
+        .await;
+    })
+    .await;
+    assert_eq!(
+        *f.restarts.borrow(),
+        2,
+        "one restart for the install, one for the upgrade"
+    );
+    rig.force_delete(shim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_no_longer_selected_is_unlabelled_first_and_then_uninstalled_once_its_pods_are_gone()
+{
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ka-relabel").await else {
+        return;
+    };
+    let f = fake(&rig.w);
+    let shim = "ka-relabel-spin";
+    rig.force_delete(shim).await;
+    let original = support::live::config(&rig.w);
+    with_agent(&rig, &f, || async {
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "1", "test: ka-relabel"));
+        eventually(30, "the RuntimeClass", || async {
+            Api::<RuntimeClass>::all(rig.admin.clone())
+                .get_opt(shim)
+                .await
+                .unwrap()
+        })
+        .await;
+        // a pod on the node uses the RuntimeClass
+        let pods: Api<Pod> = Api::namespaced(rig.admin.clone(), "default");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ka-relabel-user"},
+            "spec": {"nodeName": rig.name, "runtimeClassName": shim,
+                     "automountServiceAccountToken": false,
+                     "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap();
+        let _ = pods
+            .delete("ka-relabel-user", &DeleteParams::default().grace_period(0))
+            .await;
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        // the node is no longer selected
+        let patch = serde_json::json!({"metadata": {"labels": {"test": "elsewhere"}}});
+        Api::<KubeNode>::all(rig.admin.clone())
+            .patch(&rig.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let state = eventually(30, "Blocked naming the pod", || async {
+            let n = rig.node().await;
+            let s = n.annotations().get(STATE_ANNOTATION).cloned()?;
+            s.contains("Blocked").then_some(s)
+        })
+        .await;
+        assert!(state.contains("default/ka-relabel-user"), "{state}");
+        assert_eq!(
+            rig.label(shim).await,
+            None,
+            "the label is off while blocked"
+        );
+        assert!(
+            f.serving.borrow().contains(shim),
+            "still installed while a pod uses it"
+        );
+        pods.delete("ka-relabel-user", &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        eventually(30, "the uninstall", || async {
+            let n = rig.node().await;
+            (!n.annotations().contains_key(STATE_ANNOTATION)).then_some(())
+        })
+        .await;
+    })
+    .await;
+    assert!(!f.serving.borrow().contains(shim));
+    assert_eq!(
+        support::live::config(&rig.w),
+        original,
+        "config bytes restored"
+    );
+    rig.force_delete(shim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_shim_cleans_the_node_removes_the_runtimeclass_and_then_the_finalizer() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ka-delete").await else {
+        return;
+    };
+    let f = fake(&rig.w);
+    let shim = "ka-delete-spin";
+    rig.force_delete(shim).await;
+    let original = support::live::config(&rig.w);
+    with_agent(&rig, &f, || async {
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "1", "test: ka-delete"));
+        eventually(30, "the RuntimeClass", || async {
+            Api::<RuntimeClass>::all(rig.admin.clone())
+                .get_opt(shim)
+                .await
+                .unwrap()
+        })
+        .await;
+        Api::<Shim>::all(rig.admin.clone())
+            .delete(shim, &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually(30, "the Shim gone (finalizer removed)", || async {
+            rig.shim(shim).await.is_none().then_some(())
+        })
+        .await;
+        assert_eq!(rig.label(shim).await, None);
+        let rc = Api::<RuntimeClass>::all(rig.admin.clone())
+            .get_opt(shim)
+            .await
+            .unwrap();
+        assert!(rc.is_none_or(|r| r.metadata.deletion_timestamp.is_some()));
+    })
+    .await;
+    assert_eq!(
+        support::live::config(&rig.w),
+        original,
+        "config bytes restored"
+    );
+    assert!(!f.serving.borrow().contains(shim));
+}

@@ -1,0 +1,192 @@
+//! The API as the real kube-apiserver enforces it: the manifests apply server-side (the CEL
+//! rules fit the cost budget), a bad Shim is refused with the rule's message, and a node
+//! identity is held to its own Node and to the finalizer of a Shim.
+
+mod support;
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use shim_agent::api::Shim;
+use support::kube::{SERIAL, kube_env};
+
+const GOOD: &str = r#"apiVersion: containerd.x-k8s.io/v1alpha1
+kind: Shim
+metadata:
+  name: kapi-good
+spec:
+  fetchStrategy:
+    type: anonymousHttp
+    anonHttp:
+      location: https://example.com/shim.tar.gz
+      sha256: 3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0
+  runtimeClass:
+    name: kapi-good
+  rolloutStrategy:
+    type: rolling
+    rolling:
+      maxUpdate: 5
+"#;
+
+fn with(from: &str, to: &str) -> String {
+    assert!(GOOD.contains(from), "test bug: {from:?} not in GOOD");
+    GOOD.replacen(from, to, 1)
+}
+
+#[test]
+fn the_server_refuses_each_bad_shim_with_the_rule_message() {
+    let Some(env) = kube_env() else { return };
+    let dry = |yaml: &str| {
+        let path = std::env::temp_dir().join(format!("kapi-{}.yaml", std::process::id()));
+        std::fs::write(&path, yaml).unwrap();
+        env.kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()])
+    };
+    let (ok, out) = dry(GOOD);
+    assert!(ok, "the good Shim is refused: {out}");
+    let cases = [
+        (
+            with("name: kapi-good\nspec", "name: kapi.good\nspec"),
+            "metadata.name must be a DNS-1123 label",
+        ),
+        (
+            with(
+                "    name: kapi-good\n  rollout",
+                "    name: kapi-good\n    handler: Bad_Handler\n  rollout",
+            ),
+            "runtimeClass.handler must be a DNS-1123 label",
+        ),
+        (
+            with("      sha256: 3f5a", "      sha256: 3g5a"),
+            "sha256 must be 64 hexadecimal characters",
+        ),
+        (
+            with(
+                "location: https://example.com",
+                "location: ftp://example.com",
+            ),
+            "location must be an http://, https:// or file:/// URL",
+        ),
+        (
+            with(
+                "  runtimeClass:",
+                "    platforms: [{os: linux, arch: amd64, location: \"https://e.com/a\"}]\n  runtimeClass:",
+            ),
+            "needs exactly one of anonHttp.location or platforms",
+        ),
+        (
+            with(
+                "    anonHttp:\n      location: https://example.com/shim.tar.gz\n",
+                "    anonHttp:\n",
+            ),
+            "needs exactly one of anonHttp.location or platforms",
+        ),
+        (
+            with("type: anonymousHttp", "type: oci"),
+            "fetchStrategy of type oci needs fetchStrategy.oci.reference",
+        ),
+        (
+            with("maxUpdate: 5", "maxUpdate: 0"),
+            "maxUpdate must be an integer of at least 1 or a percentage from 1% to 100%",
+        ),
+        (
+            with("maxUpdate: 5", "maxUpdate: \"101%\""),
+            "maxUpdate must be an integer of at least 1 or a percentage from 1% to 100%",
+        ),
+    ];
+    for (yaml, message) in cases {
+        let (ok, out) = dry(&yaml);
+        assert!(!ok, "accepted:\n{yaml}");
+        assert!(out.contains(message), "expected {message:?} in:\n{out}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_identity_may_touch_only_its_own_node_and_the_shim_finalizer() {
+    let _serial = SERIAL.lock().await;
+    let Some(env) = kube_env() else { return };
+    env.create_node("kapi-a", &[]).await;
+    env.create_node("kapi-b", &[]).await;
+    let a = env.node_identity("kapi-a");
+    let (ok, out) = env.apply(&GOOD.replace("kapi-good", "kapi-rbac"));
+    assert!(ok, "{out}");
+
+    // its own Node: a Shim label is allowed
+    let (ok, out) = env.kubectl_as(
+        &a,
+        &[
+            "label",
+            "node",
+            "kapi-a",
+            "containerd.x-k8s.io/kapi-rbac=true",
+        ],
+    );
+    assert!(ok, "own node: {out}");
+    // another Node: NodeRestriction says no
+    let (ok, out) = env.kubectl_as(
+        &a,
+        &[
+            "label",
+            "node",
+            "kapi-b",
+            "containerd.x-k8s.io/kapi-rbac=true",
+        ],
+    );
+    assert!(!ok && out.contains("forbidden"), "other node: {out}");
+    // Secrets: no
+    let (ok, out) = env.kubectl_as(&a, &["get", "secrets", "-n", "default"]);
+    assert!(!ok && out.contains("forbidden"), "secrets: {out}");
+    // Shims: no create, no delete
+    let (ok, out) = env.apply_as(&a, &GOOD.replace("kapi-good", "kapi-by-node"));
+    assert!(!ok && out.contains("forbidden"), "create: {out}");
+    let (ok, out) = env.kubectl_as(&a, &["delete", "shim", "kapi-rbac"]);
+    assert!(!ok && out.contains("forbidden"), "delete: {out}");
+    // kubectl patch would GET first (not granted): patch as the agent does
+    let node_client = support::kube::client_for(&a).await;
+    let shims: Api<Shim> = Api::all(node_client);
+    let patch = |v: serde_json::Value| {
+        let shims = shims.clone();
+        async move {
+            shims
+                .patch("kapi-rbac", &PatchParams::default(), &Patch::Merge(&v))
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    // the spec: the admission policy says no
+    let e = patch(json!({"spec": {"runtimeClass": {"name": "other"}}}))
+        .await
+        .unwrap_err();
+    assert!(e.contains("may not change a Shim's spec"), "spec: {e}");
+    let e = patch(json!({"metadata": {"labels": {"x": "y"}}}))
+        .await
+        .unwrap_err();
+    assert!(e.contains("labels or annotations"), "labels: {e}");
+    let e = patch(json!({"metadata": {"finalizers": ["example.com/other"]}}))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("only add or remove the containerd.x-k8s.io/cleanup"),
+        "foreign finalizer: {e}"
+    );
+    // its finalizer: allowed, and removable
+    patch(json!({"metadata": {"finalizers": ["containerd.x-k8s.io/cleanup"]}}))
+        .await
+        .expect("adding our finalizer");
+    patch(json!({"metadata": {"finalizers": null}}))
+        .await
+        .expect("removing our finalizer");
+    // status: allowed (the coordinator writes it)
+    shims
+        .patch_status(
+            "kapi-rbac",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"observedGeneration": 1}})),
+        )
+        .await
+        .expect("status");
+    // coordination Leases outside kube-node-lease: NodeRestriction says no (why ShimLease)
+    let lease = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: kapi, namespace: shim-agent-system}\nspec: {holderIdentity: kapi-a}\n";
+    let (ok, out) = env.apply_as(&a, lease);
+    assert!(!ok && out.contains("kube-node-lease"), "lease: {out}");
+    env.kubectl(&["delete", "shim", "kapi-rbac", "--wait=false"]);
+}

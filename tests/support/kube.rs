@@ -1,0 +1,199 @@
+//! The real Kubernetes control plane for tests (kube-apiserver, controller manager and etcd
+//! on loopback, with Node,RBAC authorization and NodeRestriction), as envtest gives Go
+//! projects. Its scripts live in `$KUBE_ENV_DIR` (default: the CI machine's copy beside the
+//! repository). Without them the tests skip, unless `SHIM_AGENT_REQUIRE_KUBE_ENV=1` (CI).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+pub struct KubeEnv {
+    pub dir: PathBuf,
+    pub admin: PathBuf,
+    pub kubectl: PathBuf,
+}
+
+static ENV: OnceLock<Option<KubeEnv>> = OnceLock::new();
+
+/// Tests that share the one cluster take turns (one coordinator Lease per cluster).
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The running control plane with the manifests applied, or `None` (test skips).
+pub fn kube_env() -> Option<&'static KubeEnv> {
+    ENV.get_or_init(start).as_ref()
+}
+
+fn start() -> Option<KubeEnv> {
+    let required = std::env::var("SHIM_AGENT_REQUIRE_KUBE_ENV").is_ok_and(|v| v == "1");
+    let dir = std::env::var_os("KUBE_ENV_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kube-env"));
+    if !dir.join("up.sh").exists() || std::env::var("SHIM_AGENT_KUBE_ENV").is_ok_and(|v| v == "0") {
+        assert!(
+            !required,
+            "kube env required but {} has no up.sh",
+            dir.display()
+        );
+        eprintln!(
+            "skipping: no kube env at {} (set KUBE_ENV_DIR)",
+            dir.display()
+        );
+        return None;
+    }
+    let out = Command::new(dir.join("up.sh")).output().expect("run up.sh");
+    assert!(
+        out.status.success(),
+        "kube env did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let admin = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last()?.trim());
+    let state = std::env::var("KUBE_ENV_STATE").unwrap_or_else(|_| "/var/tmp/kube-env".into());
+    let env = KubeEnv {
+        dir,
+        admin,
+        kubectl: PathBuf::from(state).join("bin/kubectl"),
+    };
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/manifests.yaml");
+    let out = env.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        manifests.to_str()?,
+    ]);
+    assert!(out.0, "manifests do not apply: {}", out.1);
+    let out = env.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/shims.containerd.x-k8s.io",
+    ]);
+    assert!(out.0, "CRD not established: {}", out.1);
+    Some(env)
+}
+
+impl KubeEnv {
+    /// kubectl as the admin: (success, stdout + stderr).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        self.kubectl_as(&self.admin, args)
+    }
+
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+        let out = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    /// kubectl apply of a document on stdin, as `kubeconfig`.
+    pub fn apply_as(&self, kubeconfig: &Path, yaml: &str) -> (bool, String) {
+        use std::io::Write;
+        let mut child = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["apply", "--server-side", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(yaml.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    pub fn apply(&self, yaml: &str) -> (bool, String) {
+        self.apply_as(&self.admin.clone(), yaml)
+    }
+
+    /// A kubelet's identity for Node `node` (user system:node:<node>, group system:nodes).
+    pub fn node_identity(&self, node: &str) -> PathBuf {
+        self.identity(&format!("system:node:{node}"), &["system:nodes"])
+    }
+
+    pub fn identity(&self, user: &str, groups: &[&str]) -> PathBuf {
+        let out = Command::new(self.dir.join("identity.sh"))
+            .arg(user)
+            .args(groups)
+            .output()
+            .expect("identity.sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    }
+
+    pub async fn admin_client(&self) -> Client {
+        client_for(&self.admin).await
+    }
+
+    /// Create (or recreate) a Node object with these labels.
+    pub async fn create_node(&self, name: &str, labels: &[(&str, &str)]) {
+        let api: Api<Node> = Api::all(self.admin_client().await);
+        let _ = api.delete(name, &DeleteParams::default()).await;
+        for _ in 0..50 {
+            if api.get_opt(name).await.unwrap().is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let labels: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &node).await.unwrap();
+    }
+}
+
+pub async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Poll `f` every 100 ms until it returns `Some`, or panic after `secs` naming `what`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
