@@ -33,12 +33,13 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     loop {
         let client = connect::client(&config.source).await?;
         tracing::info!(source = %config.source, node = %config.node_name, "connecting to the cluster");
-        let coordinator = tokio::spawn(coordinator::run(
+        // aborted when this session is dropped (a crash of the agent ends its coordinator)
+        let mut coordinator = AbortOnDrop(tokio::spawn(coordinator::run(
             client.clone(),
             config.node_name.clone(),
             config.coordinator,
             shutdown.clone(),
-        ));
+        )));
         let mut agent = Agent::new(node, client, config.node_name.clone());
         agent.node_wait = config.node_wait;
         let exit = agent
@@ -47,16 +48,21 @@ pub async fn run<R: Restarter, H: HealthCheck>(
             })
             .await;
         match exit {
-            Ok(Exit::Reconnect) => coordinator.abort(),
+            Ok(Exit::Reconnect) => drop(coordinator),
             Ok(Exit::Shutdown) => {
                 // the coordinator releases its lease on the same signal
-                let _ = tokio::time::timeout(Duration::from_secs(5), coordinator).await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), &mut coordinator.0).await;
                 return Ok(());
             }
-            Err(e) => {
-                coordinator.abort();
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

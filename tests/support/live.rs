@@ -27,6 +27,8 @@ pub struct FakeContainerd {
     /// Verify calls (1-based) that fail as if CRI were broken.
     pub fail_verifies: Vec<u32>,
     pub verifies: RefCell<u32>,
+    /// How long a restart takes.
+    pub restart_delay: std::time::Duration,
 }
 
 impl FakeContainerd {
@@ -53,6 +55,9 @@ impl FakeContainerd {
 
 impl Restarter for &FakeContainerd {
     async fn restart(&self, unit: &str) -> Result<(), String> {
+        if !self.restart_delay.is_zero() {
+            tokio::time::sleep(self.restart_delay).await;
+        }
         *self.restarts.borrow_mut() += 1;
         let n = *self.restarts.borrow();
         if self.fail_restarts.contains(&n) {

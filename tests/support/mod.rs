@@ -3,6 +3,7 @@
 //! entries, ELF helpers and a directory snapshot to prove "nothing changed".
 #![allow(dead_code)]
 
+pub mod agent_rig;
 pub mod kube;
 pub mod live;
 

@@ -1,0 +1,141 @@
+//! A node agent against the real API server (tests/support/kube.rs), with the scripted
+//! containerd of tests/support/live.rs on the host side.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use shim_agent::api::Shim;
+use shim_agent::cluster::connect::Source;
+use shim_agent::cluster::coordinator::CoordinatorConfig;
+use shim_agent::cluster::election::Timings;
+use shim_agent::cluster::node_label;
+use shim_agent::cluster::session::{self, SessionConfig};
+use shim_agent::state::Origin;
+
+use super::kube::{KubeEnv, eventually, kube_env};
+use super::live::{FakeContainerd, World, node, world};
+
+/// Fast election timings for tests.
+pub fn fast() -> CoordinatorConfig {
+    CoordinatorConfig {
+        timings: Timings {
+            lease_duration: Duration::from_secs(3),
+            renew_deadline: Duration::from_secs(2),
+            retry_period: Duration::from_millis(500),
+        },
+        status_interval: Duration::from_millis(500),
+    }
+}
+
+pub struct Rig {
+    pub env: &'static KubeEnv,
+    pub name: String,
+    pub kubeconfig: PathBuf,
+    pub admin: Client,
+    pub w: World,
+}
+
+impl Rig {
+    /// A Node `<test>-node` labelled `test=<test>`, and its kubelet identity.
+    pub async fn new(test: &str) -> Option<Rig> {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let env = kube_env()?;
+        let name = format!("{test}-node");
+        env.create_node(&name, &[("test", test)]).await;
+        Some(Rig {
+            env,
+            kubeconfig: env.node_identity(&name),
+            admin: env.admin_client().await,
+            name,
+            w: world(),
+        })
+    }
+
+    pub fn config(&self) -> SessionConfig {
+        SessionConfig {
+            source: Source::Kubeconfig(self.kubeconfig.clone()),
+            node_name: self.name.clone(),
+            coordinator: fast(),
+            node_wait: Duration::from_secs(10),
+        }
+    }
+
+    pub async fn node(&self) -> KubeNode {
+        Api::<KubeNode>::all(self.admin.clone())
+            .get(&self.name)
+            .await
+            .unwrap()
+    }
+
+    pub async fn label(&self, shim: &str) -> Option<String> {
+        self.node().await.labels().get(&node_label(shim)).cloned()
+    }
+
+    pub async fn shim(&self, name: &str) -> Option<Shim> {
+        Api::<Shim>::all(self.admin.clone())
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    pub async fn condition(&self, shim: &str, type_: &str) -> Option<(String, String)> {
+        let s = self.shim(shim).await?;
+        let c = s
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == type_)?;
+        Some((c.status, c.reason.unwrap_or_default()))
+    }
+
+    /// Remove a Shim whatever state it is in (test cleanup, and leftovers of an earlier run).
+    pub async fn force_delete(&self, shim: &str) {
+        let api = Api::<Shim>::all(self.admin.clone());
+        let _ = api.delete(shim, &DeleteParams::default()).await;
+        let patch = serde_json::json!({"metadata": {"finalizers": null}});
+        let _ = api
+            .patch(shim, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        let rcs = Api::<RuntimeClass>::all(self.admin.clone());
+        let _ = rcs.delete(shim, &DeleteParams::default()).await;
+        eventually(30, "the old Shim and RuntimeClass gone", || async {
+            (self.shim(shim).await.is_none() && rcs.get_opt(shim).await.unwrap().is_none())
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+pub fn cluster_node<'a>(
+    w: &'a World,
+    f: &'a FakeContainerd,
+) -> shim_agent::txn::live::Node<'a, &'a FakeContainerd, &'a FakeContainerd> {
+    let mut n = node(w, f);
+    n.origin = Origin::Cluster;
+    n
+}
+
+/// Run the agent beside `body`; stop it when `body` ends.
+pub async fn with_agent<Fut: std::future::Future<Output = ()>>(
+    rig: &Rig,
+    f: &FakeContainerd,
+    body: impl FnOnce() -> Fut,
+) {
+    let n = cluster_node(&rig.w, f);
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let agent = session::run(&n, rig.config(), rx);
+    let body = async {
+        body().await;
+        let _ = tx.send(true);
+    };
+    let (result, ()) = tokio::join!(agent, body);
+    result.expect("agent session");
+}
