@@ -90,6 +90,8 @@ pub struct Agent<'n, 'a, R, H> {
     conflicts_seen: BTreeSet<String>,
     node_sync_due: Option<Instant>,
     node_sync_failures: u32,
+    /// A change failed (or a batch was split): run the next round at once for the others.
+    rerun_now: bool,
     recorder: Recorder,
 }
 
@@ -111,6 +113,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             conflicts_seen: BTreeSet::new(),
             node_sync_due: None,
             node_sync_failures: 0,
+            rerun_now: false,
         }
     }
 
@@ -164,9 +167,13 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             let due = self.next_due();
             let timer_fired = due.is_some_and(|d| d <= Instant::now());
             let fp = fingerprint(&caches);
-            if timer_fired || last_fp != Some(fp) {
+            if timer_fired || last_fp != Some(fp) || std::mem::take(&mut self.rerun_now) {
                 last_fp = Some(fp);
                 self.round(store, state, &caches).await;
+                if self.rerun_now || !self.solo.is_empty() {
+                    self.rerun_now = true;
+                    continue;
+                }
             }
             let due = self.next_due();
             tokio::select! {
@@ -416,9 +423,10 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         if culprit.is_empty() && work.len() > 1 {
             tracing::warn!(error = %message, "a batch of changes failed; trying each alone");
             self.solo.extend(work.iter().cloned());
-            self.failures.clear();
+            self.rerun_now = true;
             return;
         }
+        self.rerun_now = true;
         for name in culprit {
             let shim = cluster.iter().find(|s| s.name() == name);
             let key = shim.map(spec_key).unwrap_or_else(|| UNINSTALL_KEY.into());
