@@ -1,5 +1,5 @@
 //! Offline install and uninstall: the host half of a Shim inside an image root
-//! (`shim-agent install --root DIR -f shim.yaml`), for image builders. DESIGN.md §8.
+//! (`shim-agent install --root DIR -f shim.yaml`), for image builders. docs/design.md §8.
 //!
 //! Fetch and verify come first (nothing on the host changes before the artifact is in the
 //! store), then the transaction is journalled through its phases — Planned, Fetched, Staged

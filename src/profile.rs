@@ -1,5 +1,5 @@
 //! Distro profiles: where containerd's config lives, which drop-in directory the distro
-//! wants, and which systemd unit runs containerd (DESIGN.md §4).
+//! wants, and which systemd unit runs containerd (docs/design.md §4).
 //!
 //! Detection is a pure function of which marker paths exist under the root, so it is tested
 //! without a host; every field can be overridden in the agent's settings.

@@ -62,6 +62,7 @@ async fn an_applied_shim_is_installed_labelled_and_published_with_a_ready_status
         assert!(state.contains("\"phase\":\"Installed\""), "{state}");
         let (ok, table) = rig.env.kubectl(&["get", "shims", shim]);
         assert!(ok, "{table}");
+        eprintln!("{table}");
         let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
         assert_eq!(&row[..6], [shim, shim, "1", "1", "0", "True"], "{table}");
     })

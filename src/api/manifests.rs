@@ -3,7 +3,7 @@
 //! The CRD is generated from the Rust types; `deploy/crd.yaml` and `deploy/manifests.yaml`
 //! are the committed copies, and a test fails when either drifts from what this prints.
 //!
-//! RBAC is least privilege for the agent identity (DESIGN.md §7). The agent runs either with
+//! RBAC is least privilege for the agent identity (docs/design.md §7). The agent runs either with
 //! the node's kubelet credentials (user `system:node:<name>`, group `system:nodes`, already
 //! confined to its own Node by the NodeRestriction admission plugin) or with a dedicated
 //! kubeconfig whose user is in the group [`AGENT_GROUP`]. Every agent may be elected

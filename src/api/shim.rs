@@ -1,4 +1,4 @@
-//! The `Shim` custom resource (containerd.x-k8s.io/v1alpha1), exactly as DESIGN.md §1 gives it.
+//! The `Shim` custom resource (containerd.x-k8s.io/v1alpha1), exactly as docs/design.md §1 gives it.
 //!
 //! The CRD is generated from these types (`shim-agent crd`); the committed copy in
 //! `deploy/crd.yaml` is checked against it by a test. Validation lives in the schema as CEL

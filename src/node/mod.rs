@@ -1,4 +1,4 @@
-//! The real edges of the node transaction (DESIGN.md §3, §4): restarting containerd through
+//! The real edges of the node transaction (docs/design.md §3, §4): restarting containerd through
 //! systemd, and asking containerd itself whether it serves a runtime handler.
 //!
 //! Two narrow ports, each covering its whole edge:

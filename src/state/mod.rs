@@ -21,7 +21,7 @@
 //!
 //! # Format history
 //! - 1: `shims` (installed shims with the config files they changed).
-//! - 2: adds `journal`, the open transaction of the node state machine (DESIGN.md §3);
+//! - 2: adds `journal`, the open transaction of the node state machine (docs/design.md §3);
 //!   a format-1 document upgrades to format 2 with no open transaction.
 
 mod model;

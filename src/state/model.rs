@@ -113,7 +113,7 @@ pub enum TxnKind {
     Uninstall,
 }
 
-/// Phases of the node transaction (DESIGN.md §3). The journal records a phase *before*
+/// Phases of the node transaction (docs/design.md §3). The journal records a phase *before*
 /// the side effect that follows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -1,5 +1,5 @@
 //! Live-node transactions: install, upgrade and uninstall with a containerd restart, CRI
-//! verification and rollback (DESIGN.md §3, §4).
+//! verification and rollback (docs/design.md §3, §4).
 //!
 //! The shell around [`machine`](super::machine): every phase is journalled in the state store
 //! before the side effect that follows it; the world is reached through two narrow ports,

@@ -1,4 +1,4 @@
-//! The node transaction as a pure state machine (DESIGN.md §3): phases, the events that
+//! The node transaction as a pure state machine (docs/design.md §3): phases, the events that
 //! move between them, and what to do on start with a journal left by a crash.
 //!
 //! ```text
