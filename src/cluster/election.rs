@@ -21,9 +21,11 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::time::Instant;
 
 use crate::api::lease::{ShimLease, ShimLeaseSpec as LeaseSpec};
@@ -115,6 +117,35 @@ impl Observer {
     /// Remember our own successful write, so our clock starts from it.
     pub fn wrote(&mut self, spec: LeaseSpec, now: Instant) {
         self.seen = Some((Some(spec), now));
+    }
+
+    /// Record a record seen on the watch (its clock starts when it changes).
+    pub fn observe(&mut self, spec: Option<&LeaseSpec>, now: Instant) {
+        let changed = match &self.seen {
+            Some((prev, _)) => prev.as_ref() != spec,
+            None => true,
+        };
+        if changed {
+            self.seen = Some((spec.cloned(), now));
+        }
+    }
+
+    /// When `identity` may try to take the Lease: `None` before anything was seen, `now` or
+    /// earlier when it is free, ours, or expired on our clock.
+    pub fn vacant_at(&self, identity: &str, timings: &Timings) -> Option<Instant> {
+        let (spec, at) = self.seen.as_ref()?;
+        let Some(spec) = spec else {
+            return Some(*at);
+        };
+        let holder = spec.holder_identity.as_deref().unwrap_or_default();
+        if holder.is_empty() || holder == identity {
+            return Some(*at);
+        }
+        let duration = spec
+            .lease_duration_seconds
+            .map(|s| Duration::from_secs(s.max(0) as u64))
+            .unwrap_or(timings.lease_duration);
+        Some(*at + duration)
     }
 }
 
@@ -233,15 +264,38 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    // acquire
+    // Acquire. A follower makes no requests while the holder renews: it watches the Lease by
+    // name and only tries when the record has not changed for a whole lease duration.
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", lock.name));
+    let mut events = std::pin::pin!(watcher(lock.api.clone(), config).default_backoff());
     loop {
-        match lock.try_acquire_or_renew().await {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => tracing::debug!(error = %e, "coordinator lease: cannot read or write"),
+        let now = Instant::now();
+        match lock.observer.vacant_at(&lock.identity, &lock.timings) {
+            Some(t) if t <= now => match lock.try_acquire_or_renew().await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => tracing::debug!(error = %e, "coordinator lease: cannot read or write"),
+            },
+            _ => {}
         }
+        let wake = match lock.observer.vacant_at(&lock.identity, &lock.timings) {
+            // not expired yet: wake at expiry (a change on the watch wakes us earlier)
+            Some(t) if t > Instant::now() => t,
+            // free but the write lost a race, or failed: try again after a retry period
+            _ => Instant::now() + jitter(lock.timings.retry_period),
+        };
         tokio::select! {
-            _ = tokio::time::sleep(jitter(lock.timings.retry_period)) => {}
+            ev = events.next() => match ev {
+                Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => {
+                    lock.observer.observe(Some(&l.spec), Instant::now());
+                }
+                Some(Ok(watcher::Event::Delete(_))) => lock.observer.observe(None, Instant::now()),
+                Some(Ok(watcher::Event::InitDone)) if lock.observer.vacant_at(&lock.identity, &lock.timings).is_none() => {
+                    lock.observer.observe(None, Instant::now());
+                }
+                _ => {}
+            },
+            _ = tokio::time::sleep_until(wake) => {}
             _ = stop.changed() => return false,
         }
     }
@@ -278,4 +332,80 @@ fn jitter(d: Duration) -> Duration {
         .map(|t| t.subsec_nanos())
         .unwrap_or(0);
     d + d.mul_f64(f64::from(nanos % 1000) / 5000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held_by(who: &str, renew_secs: i64) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(who.into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(wall(renew_secs)),
+            lease_transitions: Some(3),
+            ..Default::default()
+        }
+    }
+
+    fn wall(secs: i64) -> MicroTime {
+        MicroTime(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_holders_lease_expires_on_our_clock_not_by_its_timestamps() {
+        let t = Timings::default();
+        let mut o = Observer::default();
+        // its renewTime is far in the past by our wall clock: irrelevant
+        let spec = held_by("node-b", 0);
+        let d = o.decide(Some(&spec), "node-a", &t, Instant::now(), wall(10_000));
+        assert_eq!(
+            d,
+            Decision::Wait {
+                holder: "node-b".into()
+            }
+        );
+        tokio::time::advance(Duration::from_secs(14)).await;
+        let d = o.decide(Some(&spec), "node-a", &t, Instant::now(), wall(10_014));
+        assert!(matches!(d, Decision::Wait { .. }));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        match o.decide(Some(&spec), "node-a", &t, Instant::now(), wall(10_015)) {
+            Decision::Write(w) => {
+                assert_eq!(w.holder_identity.as_deref(), Some("node-a"));
+                assert_eq!(w.lease_transitions, Some(4));
+                assert_eq!(w.acquire_time, Some(wall(10_015)));
+            }
+            d => panic!("expected a takeover, got {d:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_seen_restarts_the_clock() {
+        let t = Timings::default();
+        let mut o = Observer::default();
+        o.observe(Some(&held_by("node-b", 0)), Instant::now());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        o.observe(Some(&held_by("node-b", 10)), Instant::now());
+        let vacant = o.vacant_at("node-a", &t).unwrap();
+        assert_eq!(vacant - Instant::now(), Duration::from_secs(15));
+        // the same record again does not restart it
+        tokio::time::advance(Duration::from_secs(5)).await;
+        o.observe(Some(&held_by("node-b", 10)), Instant::now());
+        assert_eq!(o.vacant_at("node-a", &t), Some(vacant));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn our_own_or_an_empty_lease_is_taken_at_once_and_renewal_keeps_the_transitions() {
+        let t = Timings::default();
+        let mut o = Observer::default();
+        assert_eq!(o.vacant_at("node-a", &t), None, "nothing seen yet");
+        let now = Instant::now();
+        o.observe(Some(&held_by("", 0)), now);
+        assert_eq!(o.vacant_at("node-a", &t), Some(now));
+        let ours = held_by("node-a", 0);
+        match o.decide(Some(&ours), "node-a", &t, Instant::now(), wall(5)) {
+            Decision::Write(w) => assert_eq!(w.lease_transitions, Some(3)),
+            d => panic!("{d:?}"),
+        }
+    }
 }
