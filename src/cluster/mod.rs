@@ -2,6 +2,7 @@
 //!
 //! - [`target`]: pure: which Shims this node should run, and what to change now;
 //! - [`nodestate`]: pure: the per-node state annotation and the Node label patch;
+//! - [`round`]: pure: real work in a batch, failure reasons, backoff;
 //! - [`status`]: pure: a Shim's status and conditions from the Nodes' labels and annotations;
 //! - [`connect`]: kubeconfig discovery, client certificates that rotate on disk, the node name;
 //! - [`election`]: a Lease-based leader election with client-go's semantics;
@@ -19,6 +20,7 @@ pub mod connect;
 pub mod coordinator;
 pub mod election;
 pub mod nodestate;
+pub mod round;
 pub mod session;
 pub mod status;
 pub mod target;

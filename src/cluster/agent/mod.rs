@@ -22,27 +22,25 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
 use super::FIELD_MANAGER;
 use super::nodestate::{self, FailureNote, NodeStates};
+use super::round::{UNINSTALL_KEY, change_name, pod_use, real_work, spec_key};
 use super::target::{self, Inputs, NodePlan, PodUse};
 use super::watch::{Tasks, spawn_reflector};
 use crate::api::Shim;
 use crate::daemon::{adopt_pending, read_static_shims};
-use crate::install::spec_hash;
 use crate::state::{NodeState, Origin, StateStore};
-use crate::txn::live::{Change, HealthCheck, Node, Report, Restarter};
+use crate::txn::live::{Change, HealthCheck, Node, Restarter};
 
-/// First retry after a failure; doubled per failure up to [`BACKOFF_MAX_SECS`].
-pub const BACKOFF_BASE_SECS: u64 = 10;
-/// Longest pause between attempts of a failing Shim.
-pub const BACKOFF_MAX_SECS: u64 = 600;
+mod outcome;
+
 /// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
 pub const NODE_SYNC_RETRY_SECS: u64 = 5;
 /// Quiet time after an event before a round starts, so changes that arrive together share
@@ -363,107 +361,6 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         });
     }
 
-    async fn succeeded(
-        &mut self,
-        report: &Report,
-        before: &NodeState,
-        cluster: &[Shim],
-        node: &KubeNode,
-    ) {
-        for name in report
-            .installed
-            .iter()
-            .chain(&report.removed)
-            .chain(&report.unchanged)
-        {
-            self.failures.remove(name);
-        }
-        for name in &report.installed {
-            let upgraded = before.shims.contains_key(name);
-            let (reason, verb) = if upgraded {
-                ("Upgraded", "upgraded")
-            } else {
-                ("Installed", "installed")
-            };
-            let digest = report_digest(before, name);
-            let note = format!(
-                "{name} {verb} on node {}: containerd serves its handler{digest}",
-                self.node_name
-            );
-            tracing::info!(shim = %name, node = %self.node_name, "{note}");
-            self.emit(cluster, name, node, EventType::Normal, reason, note)
-                .await;
-        }
-        for name in &report.removed {
-            let note = format!("{name} uninstalled from node {}", self.node_name);
-            tracing::info!(shim = %name, node = %self.node_name, "{note}");
-            self.emit(cluster, name, node, EventType::Normal, "Uninstalled", note)
-                .await;
-        }
-    }
-
-    async fn failed(
-        &mut self,
-        e: anyhow::Error,
-        work: &[String],
-        before: &NodeState,
-        cluster: &[Shim],
-        node: &KubeNode,
-    ) {
-        let message = format!("{e:#}");
-        let reason = error_reason(&e);
-        let culprit: Vec<String> = match work {
-            [one] => vec![one.clone()],
-            many => many
-                .iter()
-                .filter(|n| message.contains(&format!("Shim {n:?}")))
-                .cloned()
-                .collect(),
-        };
-        if culprit.is_empty() && work.len() > 1 {
-            tracing::warn!(error = %message, "a batch of changes failed; trying each alone");
-            self.solo.extend(work.iter().cloned());
-            self.rerun_now = true;
-            return;
-        }
-        self.rerun_now = true;
-        for name in culprit {
-            let shim = cluster.iter().find(|s| s.name() == name);
-            let key = shim.map(spec_key).unwrap_or_else(|| UNINSTALL_KEY.into());
-            let attempts = self
-                .failures
-                .get(&name)
-                .filter(|f| f.spec_key == key)
-                .map(|f| f.attempts + 1)
-                .unwrap_or(1);
-            let pause = backoff(attempts);
-            tracing::error!(shim = %name, node = %self.node_name, %reason, error = %message, retry_in_secs = pause.as_secs(), "change failed");
-            let ev_reason = match (before.shims.contains_key(&name), shim.is_some()) {
-                (_, false) => "UninstallFailed",
-                (true, true) if message.contains("rolled back") => "RolledBack",
-                (true, true) => "UpgradeFailed",
-                (false, _) if message.contains("rolled back") => "RolledBack",
-                (false, _) => "InstallFailed",
-            };
-            let note = format!("{reason}: {message}");
-            self.emit(cluster, &name, node, EventType::Warning, ev_reason, note)
-                .await;
-            self.failures.insert(
-                name.clone(),
-                Failure {
-                    note: FailureNote {
-                        reason: reason.to_string(),
-                        message: message.clone(),
-                        generation: shim.and_then(|s| s.metadata.generation),
-                    },
-                    spec_key: key,
-                    attempts,
-                    retry_at: Some(Instant::now() + pause),
-                },
-            );
-        }
-    }
-
     /// Shims the cluster wants that were installed offline (or by the CLI) become the
     /// cluster's: from now on the cluster also removes them.
     fn adopt_into_cluster(
@@ -499,53 +396,6 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         if changed && let Err(e) = store.save(state) {
             tracing::error!(error = %e, "cannot record adopted shims");
         }
-    }
-
-    async fn report_blocked_and_conflicts(
-        &mut self,
-        plan: &NodePlan,
-        cluster: &[Shim],
-        node: &KubeNode,
-    ) {
-        for (name, pods) in &plan.blocked {
-            if self.blocked_seen.get(name) != Some(pods) {
-                let note = format!(
-                    "uninstall of {name} from node {} waits for pods that use its RuntimeClass: {}",
-                    self.node_name,
-                    pods.join(", ")
-                );
-                tracing::info!(shim = %name, "{note}");
-                self.emit(
-                    cluster,
-                    name,
-                    node,
-                    EventType::Warning,
-                    "UninstallBlocked",
-                    note,
-                )
-                .await;
-            }
-        }
-        self.blocked_seen = plan.blocked.clone();
-        for name in &plan.conflicts {
-            if self.conflicts_seen.insert(name.clone()) {
-                let note = format!(
-                    "node {} runs the static Shim {name:?} from shims.d instead of the cluster's",
-                    self.node_name
-                );
-                tracing::warn!(shim = %name, "{note}");
-                self.emit(
-                    cluster,
-                    name,
-                    node,
-                    EventType::Warning,
-                    "StaticShimWins",
-                    note,
-                )
-                .await;
-            }
-        }
-        self.conflicts_seen.retain(|n| plan.conflicts.contains(n));
     }
 
     /// Move the Node's labels and state annotation to what the local state says.
@@ -617,88 +467,6 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             )
             .await
     }
-
-    /// An Event on the Shim (when it still exists) and on the Node; failures to publish are
-    /// logged at debug level only (Events are best effort).
-    async fn emit(
-        &self,
-        cluster: &[Shim],
-        shim: &str,
-        node: &KubeNode,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let mut note = note;
-        note.truncate(1000);
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        let mut refs = vec![node.object_ref(&())];
-        if let Some(s) = cluster.iter().find(|s| s.name() == shim) {
-            refs.push(s.object_ref(&()));
-        }
-        for r in refs {
-            if let Err(e) = self.recorder.publish(&ev, &r).await {
-                tracing::debug!(error = %e, "cannot publish an Event");
-            }
-        }
-    }
-}
-
-const UNINSTALL_KEY: &str = "uninstall";
-
-fn spec_key(shim: &Shim) -> String {
-    format!("{}:{}", shim.uid().unwrap_or_default(), spec_hash(shim))
-}
-
-fn backoff(attempts: u32) -> Duration {
-    let secs = BACKOFF_BASE_SECS.saturating_mul(1 << attempts.saturating_sub(1).min(10));
-    Duration::from_secs(secs.min(BACKOFF_MAX_SECS))
-}
-
-fn change_name(c: &Change) -> &str {
-    match c {
-        Change::Install(s) | Change::InstallAs(s, _) => s.name(),
-        Change::Uninstall(n) => n,
-    }
-}
-
-/// Names of the changes that will really change the node (not a re-check of an installed,
-/// up-to-date shim).
-fn real_work(changes: &[Change], state: &NodeState) -> Vec<String> {
-    changes
-        .iter()
-        .filter(|c| match c {
-            Change::Uninstall(n) => state.shims.contains_key(n),
-            Change::Install(s) | Change::InstallAs(s, _) => state
-                .shims
-                .get(s.name())
-                .is_none_or(|r| r.spec_hash != spec_hash(s)),
-        })
-        .map(|c| change_name(c).to_string())
-        .collect()
-}
-
-fn report_digest(before: &NodeState, name: &str) -> String {
-    before
-        .shims
-        .get(name)
-        .map(|r| format!(" (was sha256:{})", r.artifact_sha256))
-        .unwrap_or_default()
-}
-
-fn pod_use(p: &Pod) -> PodUse {
-    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-    PodUse {
-        name: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
-        runtime_class: p.spec.as_ref().and_then(|s| s.runtime_class_name.clone()),
-        finished: matches!(phase, Some("Succeeded" | "Failed")),
-    }
 }
 
 /// What a round depends on: Shim identities and generations, this Node's labels, the pods'
@@ -730,28 +498,6 @@ fn fingerprint(c: &Caches) -> u64 {
         (p.name, p.runtime_class, p.finished).hash(&mut h);
     }
     h.finish()
-}
-
-/// The machine-readable reason of a failed transaction (the first typed error in the chain).
-pub fn error_reason(e: &anyhow::Error) -> &'static str {
-    for cause in e.chain() {
-        if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
-            return a.reason();
-        }
-        if let Some(c) = cause.downcast_ref::<crate::containerd::ConfigError>() {
-            return c.reason();
-        }
-    }
-    let text = format!("{e:#}");
-    if text.contains("the rollback failed too") {
-        "Broken"
-    } else if text.contains("rolled back") {
-        "RolledBack"
-    } else if text.contains("is already installed for Shim") {
-        "HandlerInUse"
-    } else {
-        "TransactionFailed"
-    }
 }
 
 async fn sleep_until_opt(due: Option<Instant>) {

@@ -1,0 +1,91 @@
+//! The agent's bookkeeping around a round, pure: which changes really change the node, how
+//! a failure is named (a stable reason for conditions and metrics) and how long to back off.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::target::PodUse;
+use crate::api::Shim;
+use crate::install::spec_hash;
+use crate::state::NodeState;
+use crate::txn::live::Change;
+
+/// First retry after a failure; doubled per failure up to [`BACKOFF_MAX_SECS`].
+pub const BACKOFF_BASE_SECS: u64 = 10;
+/// Longest pause between attempts of a failing Shim.
+pub const BACKOFF_MAX_SECS: u64 = 600;
+
+pub const UNINSTALL_KEY: &str = "uninstall";
+
+pub fn spec_key(shim: &Shim) -> String {
+    format!("{}:{}", shim.uid().unwrap_or_default(), spec_hash(shim))
+}
+
+pub fn backoff(attempts: u32) -> Duration {
+    let secs = BACKOFF_BASE_SECS.saturating_mul(1 << attempts.saturating_sub(1).min(10));
+    Duration::from_secs(secs.min(BACKOFF_MAX_SECS))
+}
+
+pub fn change_name(c: &Change) -> &str {
+    match c {
+        Change::Install(s) | Change::InstallAs(s, _) => s.name(),
+        Change::Uninstall(n) => n,
+    }
+}
+
+/// Names of the changes that will really change the node (not a re-check of an installed,
+/// up-to-date shim).
+pub fn real_work(changes: &[Change], state: &NodeState) -> Vec<String> {
+    changes
+        .iter()
+        .filter(|c| match c {
+            Change::Uninstall(n) => state.shims.contains_key(n),
+            Change::Install(s) | Change::InstallAs(s, _) => state
+                .shims
+                .get(s.name())
+                .is_none_or(|r| r.spec_hash != spec_hash(s)),
+        })
+        .map(|c| change_name(c).to_string())
+        .collect()
+}
+
+pub fn report_digest(before: &NodeState, name: &str) -> String {
+    before
+        .shims
+        .get(name)
+        .map(|r| format!(" (was sha256:{})", r.artifact_sha256))
+        .unwrap_or_default()
+}
+
+pub fn pod_use(p: &Pod) -> PodUse {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    PodUse {
+        name: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+        runtime_class: p.spec.as_ref().and_then(|s| s.runtime_class_name.clone()),
+        finished: matches!(phase, Some("Succeeded" | "Failed")),
+    }
+}
+
+/// The machine-readable reason of a failed transaction (the first typed error in the chain).
+pub fn error_reason(e: &anyhow::Error) -> &'static str {
+    for cause in e.chain() {
+        if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
+            return a.reason();
+        }
+        if let Some(c) = cause.downcast_ref::<crate::containerd::ConfigError>() {
+            return c.reason();
+        }
+    }
+    let text = format!("{e:#}");
+    if text.contains("the rollback failed too") {
+        "Broken"
+    } else if text.contains("rolled back") {
+        "RolledBack"
+    } else if text.contains("is already installed for Shim") {
+        "HandlerInUse"
+    } else {
+        "TransactionFailed"
+    }
+}

@@ -1,0 +1,353 @@
+//! The agent's and the coordinator's decisions as pure functions: targeting, the node plan,
+//! labels, the per-node state, the status and the backoff. No cluster, no host.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use shim_agent::api::Shim;
+use shim_agent::api::load::parse_shims;
+use shim_agent::cluster::nodestate::{
+    FailureNote, NodePhase, NodeStates, ShimNodeState, node_patch, states_wanted,
+};
+use shim_agent::cluster::round::backoff;
+use shim_agent::cluster::status::{NodeView, compute_status};
+use shim_agent::cluster::target::{Inputs, PodUse, labels_wanted, plan_node, targets};
+use shim_agent::state::{InstalledShim, NodeState, Origin, ShimState};
+use shim_agent::txn::live::Change;
+
+fn shim(name: &str, selector: Option<&str>) -> Shim {
+    let sel = selector
+        .map(|s| format!("  nodeSelector: {{{s}}}\n"))
+        .unwrap_or_default();
+    let yaml = format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}, generation: 1}}\nspec:\n{sel}  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"https://e.com/a\", sha256: {}}}}}\n  runtimeClass: {{name: rc-{name}}}\n",
+        "a".repeat(64)
+    );
+    parse_shims(&yaml, "t.yaml").unwrap().remove(0)
+}
+
+fn record(name: &str, origin: Origin, state: ShimState) -> InstalledShim {
+    InstalledShim {
+        name: name.into(),
+        handler: name.into(),
+        runtime_type: "io.containerd.x.v2".into(),
+        artifact_sha256: "d".repeat(64),
+        source: "https://e.com/a".into(),
+        binary: format!("/opt/shim-agent/shims/{name}/d/b"),
+        spec_hash: "old".into(),
+        config_files: vec![],
+        state,
+        origin,
+        runtime_class: Some(format!("rc-{name}")),
+        installed_at: 1,
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn names(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|c| match c {
+            Change::Install(s) => format!("install {}", s.name()),
+            Change::InstallAs(s, o) => format!("install {} {o:?}", s.name()),
+            Change::Uninstall(n) => format!("uninstall {n}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_selector_must_match_every_label_and_no_selector_skips_control_planes() {
+    let worker = labels(&[("wasm", "true")]);
+    let cp = labels(&[("node-role.kubernetes.io/control-plane", "")]);
+    assert!(targets(&shim("a", Some("wasm: \"true\"")), &worker));
+    assert!(!targets(
+        &shim("a", Some("wasm: \"true\", gpu: \"yes\"")),
+        &worker
+    ));
+    assert!(targets(&shim("a", None), &worker));
+    assert!(!targets(&shim("a", None), &cp));
+    let mut deleting = shim("a", None);
+    deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    assert!(
+        !targets(&deleting, &worker),
+        "a Shim being deleted targets nothing"
+    );
+}
+
+#[test]
+fn the_plan_installs_what_is_wanted_keeps_the_owners_and_waits_for_pods() {
+    let node = labels(&[("wasm", "true")]);
+    let cluster = vec![
+        shim("wanted", Some("wasm: \"true\"")),
+        shim("elsewhere", Some("wasm: \"false\"")),
+        shim("both", None),
+        shim("held", None),
+    ];
+    let statics = vec![shim("both", None)];
+    let mut state = NodeState::default();
+    for (n, o) in [
+        ("elsewhere", Origin::Cluster),
+        ("gone", Origin::Cluster),
+        ("offline", Origin::Offline),
+        ("old-static", Origin::Static),
+    ] {
+        state
+            .shims
+            .insert(n.into(), record(n, o, ShimState::Installed));
+    }
+    let pods = vec![
+        PodUse {
+            name: "default/user".into(),
+            runtime_class: Some("rc-elsewhere".into()),
+            finished: false,
+        },
+        PodUse {
+            name: "default/done".into(),
+            runtime_class: Some("rc-gone".into()),
+            finished: true,
+        },
+    ];
+    let held: BTreeSet<String> = ["held".to_string()].into();
+    let inputs = Inputs {
+        node_labels: &node,
+        cluster: &cluster,
+        statics: &statics,
+        statics_ok: true,
+        state: &state,
+        pods: &pods,
+        held: &held,
+    };
+    let plan = plan_node(&inputs);
+    assert_eq!(
+        names(&plan.changes),
+        [
+            "install both Static",
+            "install wanted Cluster",
+            "uninstall gone",
+            "uninstall old-static"
+        ]
+    );
+    assert_eq!(plan.conflicts, ["both"]);
+    assert_eq!(
+        plan.blocked,
+        BTreeMap::from([("elsewhere".to_string(), vec!["default/user".to_string()])])
+    );
+    let unlabel: Vec<&str> = plan.unlabel.iter().map(String::as_str).collect();
+    assert_eq!(
+        unlabel,
+        ["elsewhere", "gone", "old-static"],
+        "labels go first, blocked too"
+    );
+
+    // a shims.d file that does not parse: static installs are never removed
+    let broken = Inputs {
+        statics_ok: false,
+        ..inputs
+    };
+    assert!(!names(&plan_node(&broken).changes).contains(&"uninstall old-static".to_string()));
+}
+
+#[test]
+fn a_label_needs_a_verified_install_with_the_same_handler() {
+    let node = labels(&[]);
+    let cluster = vec![
+        shim("ok", None),
+        shim("pending", None),
+        shim("failed", None),
+    ];
+    let mut state = NodeState::default();
+    state.shims.insert(
+        "ok".into(),
+        record("ok", Origin::Cluster, ShimState::Installed),
+    );
+    state.shims.insert(
+        "pending".into(),
+        record("pending", Origin::Offline, ShimState::PendingVerification),
+    );
+    state.shims.insert(
+        "failed".into(),
+        record("failed", Origin::Cluster, ShimState::Failed),
+    );
+    let inputs = Inputs {
+        node_labels: &node,
+        cluster: &cluster,
+        statics: &[],
+        statics_ok: true,
+        state: &state,
+        pods: &[],
+        held: &BTreeSet::new(),
+    };
+    assert_eq!(labels_wanted(&inputs), BTreeSet::from(["ok".to_string()]));
+}
+
+#[test]
+fn the_node_patch_adds_wanted_labels_drops_stale_ones_and_is_none_when_in_place() {
+    let current = labels(&[
+        ("containerd.x-k8s.io/stale", "true"),
+        ("containerd.x-k8s.io/kept", "true"),
+        ("other", "x"),
+    ]);
+    let want: BTreeSet<String> = ["kept".to_string(), "new".to_string()].into();
+    let states = NodeStates::new();
+    let patch = node_patch(&current, &states, false, &want, &states).unwrap();
+    assert_eq!(
+        patch,
+        serde_json::json!({"metadata": {"labels": {
+            "containerd.x-k8s.io/stale": null,
+            "containerd.x-k8s.io/new": "true",
+        }}})
+    );
+    let now = labels(&[
+        ("containerd.x-k8s.io/kept", "true"),
+        ("containerd.x-k8s.io/new", "true"),
+    ]);
+    assert_eq!(node_patch(&now, &states, false, &want, &states), None);
+}
+
+#[test]
+fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds() {
+    let node = labels(&[]);
+    let cluster = vec![shim("bad", None), shim("good", None)];
+    let mut state = NodeState::default();
+    let mut good = record("good", Origin::Cluster, ShimState::Installed);
+    good.spec_hash = shim_agent::install::spec_hash(&cluster[1]);
+    state.shims.insert("good".into(), good);
+    let inputs = Inputs {
+        node_labels: &node,
+        cluster: &cluster,
+        statics: &[],
+        statics_ok: true,
+        state: &state,
+        pods: &[],
+        held: &BTreeSet::new(),
+    };
+    let plan = plan_node(&inputs);
+    let failures = BTreeMap::from([(
+        "bad".to_string(),
+        FailureNote {
+            reason: "DigestMismatch".into(),
+            message: "sha256 mismatch".into(),
+            generation: Some(1),
+        },
+    )]);
+    let previous: NodeStates = BTreeMap::from([(
+        "good".to_string(),
+        ShimNodeState {
+            phase: NodePhase::Installed,
+            digest: None,
+            reason: None,
+            message: None,
+            generation: Some(1),
+            since: "earlier".into(),
+        },
+    )]);
+    let st = states_wanted(&inputs, &plan, &failures, &previous, "now");
+    assert_eq!(st["bad"].phase, NodePhase::Failed);
+    assert_eq!(st["bad"].reason.as_deref(), Some("DigestMismatch"));
+    assert_eq!(st["bad"].since, "now");
+    assert_eq!(st["good"].phase, NodePhase::Installed);
+    assert_eq!(st["good"].since, "earlier");
+}
+
+fn view(name: &str, lbl: &[(&str, &str)], states: &[(&str, NodePhase, Option<i64>)]) -> NodeView {
+    NodeView {
+        name: name.into(),
+        labels: labels(lbl),
+        states: states
+            .iter()
+            .map(|(s, p, g)| {
+                (
+                    s.to_string(),
+                    ShimNodeState {
+                        phase: *p,
+                        digest: None,
+                        reason: Some("DigestMismatch".into()),
+                        message: Some("bad bytes".into()),
+                        generation: *g,
+                        since: "t".into(),
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn status_counts_nodes_and_sets_conditions_with_reasons() {
+    let s = shim("spin", Some("wasm: \"true\""));
+    let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    let nodes = vec![
+        view(
+            "a",
+            &[("wasm", "true"), ("containerd.x-k8s.io/spin", "true")],
+            &[],
+        ),
+        view(
+            "b",
+            &[("wasm", "true")],
+            &[("spin", NodePhase::Failed, Some(1))],
+        ),
+        view(
+            "c",
+            &[("wasm", "true")],
+            &[("spin", NodePhase::Installing, Some(1))],
+        ),
+        view("d", &[], &[]),
+        // a failure at an older generation does not count
+        view(
+            "e",
+            &[("wasm", "true")],
+            &[("spin", NodePhase::Failed, Some(0))],
+        ),
+    ];
+    let st = compute_status(&s, &nodes, None, None, &now);
+    let c = st.nodes.clone().unwrap();
+    assert_eq!(
+        (c.targeted, c.installed, c.updating, c.failed),
+        (4, 1, 1, 1)
+    );
+    let cond = |t: &str| {
+        st.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == t)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(cond("Ready").status, "False");
+    assert_eq!(cond("Ready").reason.as_deref(), Some("NodesFailed"));
+    assert_eq!(cond("Degraded").status, "True");
+    assert_eq!(cond("Degraded").reason.as_deref(), Some("DigestMismatch"));
+    assert!(
+        cond("Degraded")
+            .message
+            .unwrap()
+            .contains("b: DigestMismatch: bad bytes")
+    );
+    assert_eq!(cond("Progressing").status, "True");
+    assert_eq!(st.observed_generation, Some(1));
+
+    let nowhere = compute_status(&shim("x", Some("gpu: \"h100\"")), &nodes, None, None, &now);
+    let ready = nowhere.conditions.unwrap().remove(0);
+    assert_eq!(ready.reason.as_deref(), Some("NoTargetedNodes"));
+
+    // a transition time is kept while the status holds
+    let later = Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap());
+    let again = compute_status(&s, &nodes, None, Some(&st), &later);
+    assert_eq!(again, st);
+}
+
+#[test]
+fn backoff_doubles_from_ten_seconds_and_stops_at_ten_minutes() {
+    let secs: Vec<u64> = (1..=9).map(|n| backoff(n).as_secs()).collect();
+    assert_eq!(secs, [10, 20, 40, 80, 160, 320, 600, 600, 600]);
+    assert_eq!(backoff(u32::MAX), Duration::from_secs(600));
+}
