@@ -47,6 +47,7 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
             "CustomResourceDefinition",
             "CustomResourceDefinition",
             "Namespace",
+            "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
             "Role",
@@ -57,12 +58,12 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
     );
     assert_eq!(docs[2]["metadata"]["name"], "shim-agent-system");
     // no wildcard, nothing on secrets, and pods read-only
-    let text = serde_yaml::to_string(&docs[3..]).unwrap();
+    let text = serde_yaml::to_string(&docs[4..]).unwrap();
     assert!(!text.contains("'*'") && !text.contains("\"*\""), "{text}");
     for forbidden in ["secrets", "configmaps", "escalate", "bind", "impersonate"] {
         assert!(!text.contains(forbidden), "RBAC mentions {forbidden}");
     }
-    let rules = docs[3]["rules"].as_sequence().unwrap();
+    let rules = docs[4]["rules"].as_sequence().unwrap();
     let pods = rules
         .iter()
         .find(|r| r["resources"][0] == "pods")
@@ -72,8 +73,8 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
         serde_yaml::to_value(["list", "watch"]).unwrap()
     );
     // leases only through the namespaced Role
-    assert!(!serde_yaml::to_string(&docs[3]).unwrap().contains("leases"));
-    assert_eq!(docs[5]["metadata"]["namespace"], "shim-agent-system");
+    assert!(!serde_yaml::to_string(&docs[4]).unwrap().contains("leases"));
+    assert_eq!(docs[6]["metadata"]["namespace"], "shim-agent-system");
 }
 
 const GOOD: &str = r#"

@@ -6,6 +6,7 @@
 mod support;
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -60,6 +61,21 @@ async fn an_applied_shim_is_installed_labelled_and_published_with_a_ready_status
         );
         let state = rig.node().await.annotations()[STATE_ANNOTATION].clone();
         assert!(state.contains("\"phase\":\"Installed\""), "{state}");
+        // Events on the Shim and on the Node
+        let events: Api<Event> = Api::namespaced(rig.admin.clone(), "default");
+        eventually(30, "Installed Events on the Shim and the Node", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            let on = |kind: &str, name: &str| {
+                list.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("Installed")
+                        && e.regarding.as_ref().is_some_and(|r| {
+                            r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                        })
+                })
+            };
+            (on("Shim", shim) && on("Node", &rig.name)).then_some(())
+        })
+        .await;
         let (ok, table) = rig.env.kubectl(&["get", "shims", shim]);
         assert!(ok, "{table}");
         eprintln!("{table}");
@@ -252,4 +268,50 @@ async fn deleting_a_shim_cleans_the_node_removes_the_runtimeclass_and_then_the_f
         "config bytes restored"
     );
     assert!(!f.serving.borrow().contains(shim));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_install_is_adopted_on_first_boot_without_a_second_restart() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ka-adopt").await else {
+        return;
+    };
+    let shim = "ka-adopt-spin";
+    rig.force_delete(shim).await;
+    // the image builder's half: `install --root` into the node's image
+    let yaml = shim_yaml(&rig.w, shim, "1", "test: ka-adopt");
+    let parsed = shim_agent::api::load::parse_shims(&yaml, "shim.yaml")
+        .unwrap()
+        .remove(0);
+    let opts = shim_agent::install::InstallOptions {
+        platform: shim_agent::artifact::node_platform(),
+        progress: false,
+    };
+    shim_agent::install::install_offline(&rig.w.root, &rig.w.settings, &parsed, &opts)
+        .await
+        .unwrap();
+    // first boot: containerd starts with the baked config
+    let f = fake(&rig.w);
+    assert!(f.serving.borrow().contains(shim));
+    with_agent(&rig, &f, || async {
+        let (ok, out) = rig.env.apply(&yaml);
+        assert!(ok, "{out}");
+        eventually(30, "the label on the adopted node", || async {
+            (rig.label(shim).await.as_deref() == Some("true")).then_some(())
+        })
+        .await;
+        eventually(30, "Ready=True", || async {
+            (rig.condition(shim, "Ready").await?.0 == "True").then_some(())
+        })
+        .await;
+    })
+    .await;
+    assert_eq!(*f.restarts.borrow(), 0, "adopted without a restart");
+    let st = support::live::state(&rig.w);
+    assert_eq!(
+        st.shims[shim].state,
+        shim_agent::state::ShimState::Installed
+    );
+    assert_eq!(st.shims[shim].origin, shim_agent::state::Origin::Cluster);
+    rig.force_delete(shim).await;
 }

@@ -188,5 +188,48 @@ async fn a_node_identity_may_touch_only_its_own_node_and_the_shim_finalizer() {
     let lease = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: kapi, namespace: shim-agent-system}\nspec: {holderIdentity: kapi-a}\n";
     let (ok, out) = env.apply_as(&a, lease);
     assert!(!ok && out.contains("kube-node-lease"), "lease: {out}");
+    // the dedicated ServiceAccount variant: the same verbs, the same admission policy
+    let sa = "--as=system:serviceaccount:shim-agent-system:shim-agent";
+    for (verb, ok_expected) in [
+        ("list shims.containerd.x-k8s.io", "yes"),
+        ("patch shims.containerd.x-k8s.io", "yes"),
+        ("create shims.containerd.x-k8s.io", "no"),
+        ("get secrets -n default", "no"),
+        (
+            "update shimleases.containerd.x-k8s.io -n shim-agent-system",
+            "yes",
+        ),
+    ] {
+        let mut args = vec!["auth", "can-i"];
+        args.extend(verb.split(' '));
+        args.push(sa);
+        let (_, out) = env.kubectl(&args);
+        assert_eq!(
+            out.lines().next().unwrap_or_default().trim(),
+            ok_expected,
+            "{verb}: {out}"
+        );
+    }
+    // kubectl patch would GET first (not granted): patch as the agent does, impersonating
+    let mut kc = kube::config::Kubeconfig::read_from(&env.admin).unwrap();
+    for a in &mut kc.auth_infos {
+        if let Some(info) = a.auth_info.as_mut() {
+            info.impersonate = Some("system:serviceaccount:shim-agent-system:shim-agent".into());
+        }
+    }
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let as_sa: Api<Shim> = Api::all(kube::Client::try_from(cfg).unwrap());
+    let e = as_sa
+        .patch(
+            "kapi-rbac",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"runtimeClass": {"name": "other"}}})),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("may not change a Shim's spec"), "sa spec: {e}");
     env.kubectl(&["delete", "shim", "kapi-rbac", "--wait=false"]);
 }

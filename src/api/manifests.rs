@@ -74,8 +74,12 @@ fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
     }
 }
 
+/// The dedicated ServiceAccount (in [`NAMESPACE`]) for agents that do not use the kubelet's
+/// credentials, e.g. with a token minted by `kubectl create token`.
+pub const SERVICE_ACCOUNT: &str = "shim-agent";
+
 fn subjects() -> Vec<Subject> {
-    [("Group", "system:nodes"), ("Group", AGENT_GROUP)]
+    let mut out: Vec<Subject> = [("Group", "system:nodes"), ("Group", AGENT_GROUP)]
         .into_iter()
         .map(|(kind, name)| Subject {
             kind: kind.to_string(),
@@ -83,7 +87,14 @@ fn subjects() -> Vec<Subject> {
             api_group: Some("rbac.authorization.k8s.io".to_string()),
             ..Default::default()
         })
-        .collect()
+        .collect();
+    out.push(Subject {
+        kind: "ServiceAccount".to_string(),
+        name: SERVICE_ACCOUNT.to_string(),
+        namespace: Some(NAMESPACE.to_string()),
+        ..Default::default()
+    });
+    out
 }
 
 fn cluster_role() -> ClusterRole {
@@ -187,7 +198,7 @@ fn shim_writes_policy() -> serde_json::Value {
             }]},
             "matchConditions": [{
                 "name": "shim-agent-identity",
-                "expression": format!("request.userInfo.groups.exists(g, g == 'system:nodes' || g == '{AGENT_GROUP}')"),
+                "expression": format!("request.userInfo.groups.exists(g, g == 'system:nodes' || g == '{AGENT_GROUP}') || request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}'"),
             }],
             "validations": [
                 {
@@ -217,6 +228,15 @@ pub fn manifests_yaml() -> anyhow::Result<String> {
         "Namespace",
         &Namespace {
             metadata: meta(NAMESPACE, None),
+            ..Default::default()
+        },
+    )?;
+    push_doc(
+        &mut out,
+        "v1",
+        "ServiceAccount",
+        &k8s_openapi::api::core::v1::ServiceAccount {
+            metadata: meta(SERVICE_ACCOUNT, Some(NAMESPACE)),
             ..Default::default()
         },
     )?;
