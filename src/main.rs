@@ -344,6 +344,7 @@ fn cmd_run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
                         status_interval: secs(k.status_interval_secs),
                     },
                     node_wait: secs(k.node_wait_secs),
+                    credential_check: secs(cluster::connect::CREDENTIAL_CHECK_SECS),
                 };
                 tracing::info!(unit = %node.profile.unit, config = %node.profile.config, node = %config.node_name, "shim-agent running (cluster and static Shims)");
                 cluster::session::run(&node, config, rx).await

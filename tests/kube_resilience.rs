@@ -164,3 +164,86 @@ async fn an_install_finishes_while_the_api_server_is_down_and_the_label_follows_
     .await;
     rig.force_delete(shim).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_replaced_on_disk_is_used_without_a_restart() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("kr-rotate").await else {
+        return;
+    };
+    let shim = "kr-rotate-spin";
+    rig.force_delete(shim).await;
+    // The kubelet's layout: a kubeconfig naming certificate files that get replaced.
+    let pki = rig.kubeconfig.parent().unwrap().join("pki");
+    let file = format!("system-node-{}", rig.name);
+    let (good_crt, good_key) = (
+        pki.join(format!("{file}.crt")),
+        pki.join(format!("{file}.key")),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let (crt, key) = (tmp.path().join("client.crt"), tmp.path().join("client.key"));
+    // first a certificate the API server does not trust (signed by another CA)
+    let aside = tmp.path().join("good");
+    std::fs::create_dir(&aside).unwrap();
+    std::fs::rename(&good_crt, aside.join("crt")).unwrap();
+    std::fs::rename(&good_key, aside.join("key")).unwrap();
+    let out = std::process::Command::new(rig.env.dir.join("identity.sh"))
+        .env("CA", "front-proxy-ca")
+        .args([&format!("system:node:{}", rig.name), "system:nodes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(&good_crt, &crt).unwrap();
+    std::fs::rename(&good_key, &key).unwrap();
+    std::fs::rename(aside.join("crt"), &good_crt).unwrap();
+    std::fs::rename(aside.join("key"), &good_key).unwrap();
+    let mut kc = kube::config::Kubeconfig::read_from(&rig.kubeconfig).unwrap();
+    for a in &mut kc.auth_infos {
+        let info = a.auth_info.as_mut().unwrap();
+        info.client_certificate_data = None;
+        info.client_key_data = None;
+        info.client_certificate = Some(crt.display().to_string());
+        info.client_key = Some(key.display().to_string());
+    }
+    let kubeconfig = tmp.path().join("kubelet.conf");
+    std::fs::write(&kubeconfig, serde_yaml::to_string(&kc).unwrap()).unwrap();
+
+    let f = fake(&rig.w);
+    let n = cluster_node(&rig.w, &f);
+    let mut config = rig.config();
+    config.source = shim_agent::cluster::connect::Source::Kubeconfig(kubeconfig);
+    config.node_wait = Duration::from_secs(60);
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let agent = shim_agent::cluster::session::run(&n, config, rx);
+    let body = async {
+        let (ok, out) = rig
+            .env
+            .apply(&shim_yaml(&rig.w, shim, "1", "test: kr-rotate"));
+        assert!(ok, "{out}");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            rig.label(shim).await,
+            None,
+            "an untrusted certificate gets nowhere"
+        );
+        // the kubelet rotates its certificate: new files, same paths
+        for (from, to) in [(&good_crt, &crt), (&good_key, &key)] {
+            let next = to.with_extension("new");
+            std::fs::copy(from, &next).unwrap();
+            std::fs::rename(&next, to).unwrap();
+        }
+        eventually(30, "the label with the rotated certificate", || async {
+            (rig.label(shim).await.as_deref() == Some("true")).then_some(())
+        })
+        .await;
+        let _ = tx.send(true);
+    };
+    let (result, ()) = tokio::join!(agent, body);
+    result.expect("the agent ran through the rotation");
+    assert_eq!(*f.restarts.borrow(), 1);
+    rig.force_delete(shim).await;
+}

@@ -18,6 +18,8 @@ pub struct SessionConfig {
     pub coordinator: CoordinatorConfig,
     /// How long to wait for this node's Node object at start.
     pub node_wait: Duration,
+    /// How often rotated credentials are looked for.
+    pub credential_check: Duration,
 }
 
 /// Run until `shutdown` turns true.
@@ -42,6 +44,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
         )));
         let mut agent = Agent::new(node, client, config.node_name.clone());
         agent.node_wait = config.node_wait;
+        agent.credential_check = config.credential_check;
         let exit = agent
             .run(&store, &mut state, shutdown.clone(), &mut files, || {
                 credentials.changed()

@@ -65,6 +65,7 @@ impl Rig {
             node_name: self.name.clone(),
             coordinator: fast(),
             node_wait: Duration::from_secs(10),
+            credential_check: Duration::from_millis(500),
         }
     }
 

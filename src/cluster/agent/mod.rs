@@ -82,6 +82,8 @@ pub struct Agent<'n, 'a, R, H> {
     pub node_name: String,
     /// How long to wait for this node's Node object before giving up.
     pub node_wait: Duration,
+    /// How often rotated credentials are looked for.
+    pub credential_check: Duration,
     failures: BTreeMap<String, Failure>,
     solo: BTreeSet<String>,
     blocked_seen: BTreeMap<String, Vec<String>>,
@@ -105,6 +107,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             client,
             node_name,
             node_wait: Duration::from_secs(60),
+            credential_check: Duration::from_secs(super::connect::CREDENTIAL_CHECK_SECS),
             failures: BTreeMap::new(),
             solo: BTreeSet::new(),
             blocked_seen: BTreeMap::new(),
@@ -156,11 +159,20 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         adopt_pending(&self.node.health, store, state).await?;
         let (nudge_tx, mut nudge) = mpsc::channel::<()>(1);
         let caches = self.start_watches(&nudge_tx);
-        self.wait_for_caches(&caches, &mut shutdown).await?;
+        let mut cred_check = tokio::time::interval(self.credential_check);
+        if let Some(exit) = self
+            .wait_for_caches(
+                &caches,
+                &mut shutdown,
+                &mut cred_check,
+                &mut credentials_changed,
+            )
+            .await?
+        {
+            return Ok(exit);
+        }
         tracing::info!(node = %self.node_name, "watching Shims, this Node and its pods");
         let mut last_fp = None;
-        let mut cred_check =
-            tokio::time::interval(Duration::from_secs(super::connect::CREDENTIAL_CHECK_SECS));
         loop {
             let due = self.next_due();
             let timer_fired = due.is_some_and(|d| d <= Instant::now());
@@ -196,11 +208,16 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         }
     }
 
+    /// Wait until the watches synced and this node's Node exists. Credentials that change
+    /// meanwhile (a certificate the API server refused, replaced on disk) end the wait with
+    /// [`Exit::Reconnect`].
     async fn wait_for_caches(
         &self,
         caches: &Caches,
         shutdown: &mut tokio_watch::Receiver<bool>,
-    ) -> anyhow::Result<()> {
+        cred_check: &mut tokio::time::Interval,
+        credentials_changed: &mut impl FnMut() -> bool,
+    ) -> anyhow::Result<Option<Exit>> {
         let ready = async {
             let _ = caches.shims.wait_until_ready().await;
             let _ = caches.pods.wait_until_ready().await;
@@ -212,23 +229,36 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         };
-        tokio::select! {
-            _ = ready => Ok(()),
-            _ = shutdown.changed() => Ok(()),
-            _ = tokio::time::sleep(self.node_wait) => {
-                if caches.node.wait_until_ready().await.is_ok() && caches.node.state().is_empty() {
-                    anyhow::bail!(
-                        "no Node named {:?} in the cluster (waited {} s): set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)",
-                        self.node_name,
-                        self.node_wait.as_secs()
-                    )
+        let mut ready = std::pin::pin!(ready);
+        let deadline = tokio::time::sleep(self.node_wait);
+        let mut deadline = std::pin::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut ready => return Ok(None),
+                _ = shutdown.changed() => return Ok(Some(Exit::Shutdown)),
+                _ = cred_check.tick() => {
+                    if credentials_changed() {
+                        tracing::info!("credentials changed on disk; reconnecting");
+                        return Ok(Some(Exit::Reconnect));
+                    }
                 }
-                anyhow::bail!(
-                    "the watches did not sync within {} s: check that the API server is reachable and that this identity may list Shims, its Node and its pods",
-                    self.node_wait.as_secs()
-                )
+                _ = &mut deadline => break,
             }
         }
+        let node_synced = tokio::time::timeout(Duration::ZERO, caches.node.wait_until_ready())
+            .await
+            .is_ok();
+        if node_synced && caches.node.state().is_empty() {
+            anyhow::bail!(
+                "no Node named {:?} in the cluster (waited {} s): set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)",
+                self.node_name,
+                self.node_wait.as_secs()
+            )
+        }
+        anyhow::bail!(
+            "the watches did not sync within {} s: check that the API server is reachable and that this identity may list Shims, its Node and its pods",
+            self.node_wait.as_secs()
+        )
     }
 
     fn next_due(&self) -> Option<Instant> {
