@@ -242,8 +242,19 @@ pub(crate) fn restore_backups(root: &HostRoot, j: &Journal) -> anyhow::Result<()
 }
 
 /// The handler to register for `shim`, whose binary is installed at `binary_host`.
+///
+/// The installed binary's absolute path is the `runtime_type`, not `runtime_type =
+/// "io.containerd.<name>.v<N>"` plus `runtime_path`: containerd 1.6 lists such a handler but
+/// ignores `runtime_path` when it starts a shim ("runtime ... binary not installed";
+/// containerd#8207, fixed in 1.7 and 2.x), so no pod could run. An absolute `runtime_type`
+/// works from 1.6 on.
 pub(crate) fn runtime_spec(shim: &Shim, binary_host: &str) -> RuntimeSpec {
-    let mut rt = RuntimeSpec::from_binary(shim.handler(), binary_host);
+    let mut rt = RuntimeSpec {
+        handler: shim.handler().to_string(),
+        runtime_type: binary_host.to_string(),
+        runtime_path: None,
+        ..RuntimeSpec::default()
+    };
     if let Some(r) = &shim.spec.runtime {
         rt.options = r.options.clone().unwrap_or_default();
         rt.pod_annotations = r.pod_annotations.clone().unwrap_or_default();

@@ -54,7 +54,7 @@ fn assert_consistent(w: &World, f: &FakeContainerd, what: &str) {
     );
     let cfg = String::from_utf8(config(w)).unwrap();
     for line in cfg.lines() {
-        if let Some(p) = line.trim().strip_prefix("runtime_path = \"") {
+        if let Some(p) = support::live::named_binary(line) {
             let p = p.trim_end_matches('"');
             assert!(
                 w.root.resolve(p).unwrap().exists(),

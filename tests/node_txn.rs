@@ -371,7 +371,7 @@ async fn an_agent_killed_at_any_failpoint_leaves_a_node_the_next_start_makes_con
         assert!(st.journal.is_none(), "{fp}: journal closed");
         let cfg = String::from_utf8(std::fs::read(env.config_file()).unwrap()).unwrap();
         for line in cfg.lines() {
-            if let Some(p) = line.trim().strip_prefix("runtime_path = \"") {
+            if let Some(p) = support::live::named_binary(line) {
                 assert!(
                     root.resolve(p.trim_end_matches('"')).unwrap().exists(),
                     "{fp}: config names a missing binary"

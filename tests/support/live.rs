@@ -42,7 +42,7 @@ impl FakeContainerd {
         }
         // a handler whose runtime_path is missing cannot start its shim
         for line in text.lines() {
-            if let Some(p) = line.trim().strip_prefix("runtime_path = \"") {
+            if let Some(p) = named_binary(line) {
                 let p = p.trim_end_matches('"');
                 if !root.resolve(p).unwrap().exists() {
                     serving.retain(|h| !p.contains(&format!("/{h}/")) && !p.ends_with(h));
@@ -188,4 +188,16 @@ pub fn shim_yaml(w: &World, name: &str, version: &str, selector: &str) -> String
         p.display(),
         sha256_hex(&bytes)
     )
+}
+
+/// The binary a config line names for a handler: `runtime_path = "/..."` or an absolute
+/// `runtime_type = "/..."` (what the agent writes), without the closing quote.
+pub fn named_binary(line: &str) -> Option<&str> {
+    let l = line.trim();
+    l.strip_prefix("runtime_path = \"")
+        .or_else(|| {
+            l.strip_prefix("runtime_type = \"")
+                .filter(|p| p.starts_with('/'))
+        })
+        .map(|p| p.trim_end_matches('"'))
 }
