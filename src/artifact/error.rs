@@ -36,6 +36,12 @@ pub enum ArtifactError {
         available: String,
     },
 
+    /// The HTTP client cannot be built, e.g. without any CA certificate on the node.
+    #[error(
+        "cannot set up the HTTP client ({detail}): install the node's CA certificates (the ca-certificates package) for https:// artifacts, or use file:// or http:// locations"
+    )]
+    HttpClient { detail: String },
+
     /// The location's scheme is not http, https or file.
     #[error("unsupported location {location:?}: use an http://, https:// or file:// URL")]
     UnsupportedScheme { location: String },
@@ -193,6 +199,7 @@ impl ArtifactError {
             MissingDigest { .. } => "MissingDigest",
             NoPlatformMatch { .. } => "NoPlatformMatch",
             UnsupportedScheme { .. } => "UnsupportedScheme",
+            HttpClient { .. } => "HttpClientUnavailable",
             HttpStatus { .. } => "HttpStatus",
             Timeout { .. } => "Timeout",
             Connect { .. } => "ConnectFailed",

@@ -97,7 +97,9 @@ fn jitter() -> f64 {
 /// Fetches artifacts into a [`Store`].
 #[derive(Debug, Clone)]
 pub struct Fetcher {
-    pub(crate) http: reqwest::Client,
+    /// Built on the first http(s) download, not before: a node without CA certificates can
+    /// still fetch `file://` artifacts (building the client loads the system's roots).
+    pub(crate) http: std::sync::Arc<std::sync::OnceLock<reqwest::Client>>,
     pub(crate) limits: Limits,
     pub(crate) retry: RetryPolicy,
     pub(crate) progress: bool,
@@ -108,23 +110,31 @@ pub struct Fetcher {
 impl Fetcher {
     /// A fetcher for this node's platform, verified artifacts only, no progress bar.
     pub fn new(limits: Limits, retry: RetryPolicy) -> Result<Self, ArtifactError> {
-        install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(limits.connect_timeout)
-            .read_timeout(limits.read_timeout)
-            .user_agent(concat!("shim-agent/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ArtifactError::InvalidSpec {
-                detail: format!("cannot set up the HTTP client: {}", error_chain(&e)),
-            })?;
         Ok(Fetcher {
-            http,
+            http: Default::default(),
             limits,
             retry,
             progress: false,
             allow_unverified: false,
             platform: node_platform(),
         })
+    }
+
+    /// The HTTP client, built on first use.
+    fn http(&self) -> Result<&reqwest::Client, ArtifactError> {
+        if let Some(c) = self.http.get() {
+            return Ok(c);
+        }
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(self.limits.connect_timeout)
+            .read_timeout(self.limits.read_timeout)
+            .user_agent(concat!("shim-agent/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ArtifactError::HttpClient {
+                detail: error_chain(&e),
+            })?;
+        Ok(self.http.get_or_init(|| client))
     }
 
     /// Draw a progress bar on stderr (only when it is a terminal).
@@ -246,7 +256,7 @@ impl Fetcher {
         match location {
             Location::Http(url) => {
                 let resp = self
-                    .http
+                    .http()?
                     .get(url)
                     .send()
                     .await
