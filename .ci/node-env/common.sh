@@ -4,7 +4,9 @@
 : "${INFRA_DIR:=/var/tmp/node-env}"                 # run state (pid files, env, logs)
 : "${INFRA_VAR:=/var/tmp/node-env}"             # rootfs storage (disk, not tmpfs)
 : "${INFRA_MACHINE:=infractd}"                       # container / machine name
-: "${INFRA_BASE:=$INFRA_VAR/base}"                   # pristine rootfs built once
+# pristine rootfs built once; its own directory, because the reference recipe this was adapted
+# from caches a different package set under $INFRA_VAR/base (sharing it would rebuild each time)
+: "${INFRA_BASE:=$INFRA_VAR/base-shim-agent}"
 : "${INFRA_ROOT:=$INFRA_VAR/$INFRA_MACHINE}"         # working copy that boots
 : "${INFRA_RUN:=$INFRA_DIR/run/$INFRA_MACHINE}"      # pid files, env, socket links, logs
 : "${INFRA_MIRROR:=http://deb.debian.org/debian}"
@@ -12,6 +14,8 @@
 : "${INFRA_BOOTSTRAP:=mmdebstrap}"                   # mmdebstrap (~45 s) | debootstrap (~70 s)
 : "${INFRA_CGROUP:=unified}"                         # unified (cgroup v2 in the container) | hybrid (v1 controllers)
 : "${INFRA_BOOT_TIMEOUT:=90}"
+# No ca-certificates, on purpose: a minimal node without a CA store must still fetch file://
+# artifacts (tests/node_kube.rs runs the agent inside it).
 : "${INFRA_PACKAGES:=systemd,systemd-sysv,dbus,containerd,runc,iproute2,procps,busybox-static}"
 
 # Cgroup directories the container is started in: for every hierarchy the caller is

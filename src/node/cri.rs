@@ -8,8 +8,11 @@
 //!   whose `containerd.runtimes` keys are the handlers ([`handlers_from_verbose_info`]).
 //!
 //! The messages are declared here with prost, field for field from cri-api's
-//! `pkg/apis/runtime/v1/api.proto` (only the fields read; prost skips the rest). This avoids
-//! compiling the whole generated CRI API and needing `protoc` at build time.
+//! `pkg/apis/runtime/v1/api.proto` (only the fields used; prost skips the rest). This avoids
+//! compiling the whole generated CRI API and needing `protoc` at build time. Besides
+//! `Version` and `Status`, the client has the pod-sandbox calls (`RunPodSandbox` with a
+//! runtime handler, `PodSandboxStatus`, `ListPodSandbox`, `StopPodSandbox`,
+//! `RemovePodSandbox`) with the minimal fields, which prove that a handler is really served.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +24,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{CriStatus, NodeError, RuntimeHealth};
 
-/// CRI API messages (cri-api `runtime.v1`), only the fields the agent reads.
+/// CRI API messages (cri-api `runtime.v1`), only the fields used.
 pub mod proto {
     use std::collections::HashMap;
 
@@ -104,6 +107,188 @@ pub mod proto {
         #[prost(message, repeated, tag = "3")]
         pub runtime_handlers: Vec<RuntimeHandler>,
     }
+
+    /// `NamespaceMode::POD`: a namespace of the pod's own.
+    pub const NAMESPACE_POD: i32 = 0;
+    /// `NamespaceMode::NODE`: the node's namespace (`hostNetwork: true` for the network).
+    pub const NAMESPACE_NODE: i32 = 2;
+    /// `PodSandboxState::SANDBOX_READY`.
+    pub const SANDBOX_READY: i32 = 0;
+    /// `PodSandboxState::SANDBOX_NOTREADY`.
+    pub const SANDBOX_NOTREADY: i32 = 1;
+
+    /// `PodSandboxMetadata`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxMetadata {
+        /// Pod name.
+        #[prost(string, tag = "1")]
+        pub name: String,
+        /// Pod UID.
+        #[prost(string, tag = "2")]
+        pub uid: String,
+        /// Pod namespace.
+        #[prost(string, tag = "3")]
+        pub namespace: String,
+        /// Attempt number of creating the sandbox.
+        #[prost(uint32, tag = "4")]
+        pub attempt: u32,
+    }
+
+    /// `NamespaceOption` (the modes are `NamespaceMode` values: [`NAMESPACE_POD`],
+    /// [`NAMESPACE_NODE`], ...).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct NamespaceOption {
+        /// Network namespace mode.
+        #[prost(int32, tag = "1")]
+        pub network: i32,
+        /// PID namespace mode.
+        #[prost(int32, tag = "2")]
+        pub pid: i32,
+        /// IPC namespace mode.
+        #[prost(int32, tag = "3")]
+        pub ipc: i32,
+    }
+
+    /// `LinuxSandboxSecurityContext`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct LinuxSandboxSecurityContext {
+        /// The sandbox's namespaces.
+        #[prost(message, optional, tag = "1")]
+        pub namespace_options: Option<NamespaceOption>,
+    }
+
+    /// `LinuxPodSandboxConfig`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct LinuxPodSandboxConfig {
+        /// Parent cgroup (cgroupfs syntax); empty = the runtime's default.
+        #[prost(string, tag = "1")]
+        pub cgroup_parent: String,
+        /// Security attributes.
+        #[prost(message, optional, tag = "2")]
+        pub security_context: Option<LinuxSandboxSecurityContext>,
+    }
+
+    /// `PodSandboxConfig`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxConfig {
+        /// Identity of the sandbox.
+        #[prost(message, optional, tag = "1")]
+        pub metadata: Option<PodSandboxMetadata>,
+        /// Host name; may be empty only with the node's network namespace.
+        #[prost(string, tag = "2")]
+        pub hostname: String,
+        /// Directory for the containers' logs; empty = none.
+        #[prost(string, tag = "3")]
+        pub log_directory: String,
+        /// Labels.
+        #[prost(map = "string, string", tag = "6")]
+        pub labels: HashMap<String, String>,
+        /// Linux settings.
+        #[prost(message, optional, tag = "8")]
+        pub linux: Option<LinuxPodSandboxConfig>,
+    }
+
+    /// `RunPodSandboxRequest`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RunPodSandboxRequest {
+        /// The sandbox to create and start.
+        #[prost(message, optional, tag = "1")]
+        pub config: Option<PodSandboxConfig>,
+        /// Runtime handler (a RuntimeClass's `handler`); empty = the default runtime.
+        #[prost(string, tag = "2")]
+        pub runtime_handler: String,
+    }
+
+    /// `RunPodSandboxResponse`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RunPodSandboxResponse {
+        /// ID of the started sandbox.
+        #[prost(string, tag = "1")]
+        pub pod_sandbox_id: String,
+    }
+
+    /// `StopPodSandboxRequest` and `RemovePodSandboxRequest` (same shape).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxIdRequest {
+        /// ID of the sandbox.
+        #[prost(string, tag = "1")]
+        pub pod_sandbox_id: String,
+    }
+
+    /// `StopPodSandboxResponse` and `RemovePodSandboxResponse` (both empty).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Empty {}
+
+    /// `PodSandboxStatusRequest`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatusRequest {
+        /// ID of the sandbox.
+        #[prost(string, tag = "1")]
+        pub pod_sandbox_id: String,
+        /// Ask for the `info` map.
+        #[prost(bool, tag = "2")]
+        pub verbose: bool,
+    }
+
+    /// `PodSandboxStatus`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatus {
+        /// ID of the sandbox.
+        #[prost(string, tag = "1")]
+        pub id: String,
+        /// Identity of the sandbox.
+        #[prost(message, optional, tag = "2")]
+        pub metadata: Option<PodSandboxMetadata>,
+        /// [`SANDBOX_READY`] or [`SANDBOX_NOTREADY`].
+        #[prost(int32, tag = "3")]
+        pub state: i32,
+        /// Creation time, in nanoseconds.
+        #[prost(int64, tag = "4")]
+        pub created_at: i64,
+        /// Runtime handler the sandbox runs with (not filled by every runtime).
+        #[prost(string, tag = "9")]
+        pub runtime_handler: String,
+    }
+
+    /// `PodSandboxStatusResponse`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatusResponse {
+        /// The status.
+        #[prost(message, optional, tag = "1")]
+        pub status: Option<PodSandboxStatus>,
+        /// Verbose info: JSON strings by key (containerd 1.x: `info`, with the runtime type).
+        #[prost(map = "string, string", tag = "2")]
+        pub info: HashMap<String, String>,
+    }
+
+    /// `ListPodSandboxRequest` (no filter: every sandbox).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodSandboxRequest {}
+
+    /// `PodSandbox`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandbox {
+        /// ID of the sandbox.
+        #[prost(string, tag = "1")]
+        pub id: String,
+        /// Identity of the sandbox.
+        #[prost(message, optional, tag = "2")]
+        pub metadata: Option<PodSandboxMetadata>,
+        /// [`SANDBOX_READY`] or [`SANDBOX_NOTREADY`].
+        #[prost(int32, tag = "3")]
+        pub state: i32,
+        /// Runtime handler the sandbox runs with.
+        #[prost(string, tag = "7")]
+        pub runtime_handler: String,
+    }
+
+    /// `ListPodSandboxResponse`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodSandboxResponse {
+        /// The sandboxes.
+        #[prost(message, repeated, tag = "1")]
+        pub items: Vec<PodSandbox>,
+    }
 }
 
 /// Where [`CriStatus::handlers`] came from.
@@ -118,6 +303,11 @@ pub enum HandlerSource {
 
 const STATUS_PATH: &str = "/runtime.v1.RuntimeService/Status";
 const VERSION_PATH: &str = "/runtime.v1.RuntimeService/Version";
+const RUN_SANDBOX_PATH: &str = "/runtime.v1.RuntimeService/RunPodSandbox";
+const STOP_SANDBOX_PATH: &str = "/runtime.v1.RuntimeService/StopPodSandbox";
+const REMOVE_SANDBOX_PATH: &str = "/runtime.v1.RuntimeService/RemovePodSandbox";
+const SANDBOX_STATUS_PATH: &str = "/runtime.v1.RuntimeService/PodSandboxStatus";
+const LIST_SANDBOX_PATH: &str = "/runtime.v1.RuntimeService/ListPodSandbox";
 /// The CRI API version the agent speaks.
 const CRI_API_VERSION: &str = "v1";
 
@@ -281,6 +471,74 @@ impl CriClient {
         };
         self.with_timeout(timeout, self.unary(VERSION_PATH, req))
             .await
+    }
+
+    /// `RunPodSandbox` with `runtime_handler` (as the kubelet does for a pod whose
+    /// RuntimeClass names that handler): the started sandbox's ID.
+    pub async fn run_pod_sandbox(
+        &self,
+        config: proto::PodSandboxConfig,
+        runtime_handler: &str,
+        timeout: Duration,
+    ) -> Result<String, NodeError> {
+        let req = proto::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: runtime_handler.to_string(),
+        };
+        let resp: proto::RunPodSandboxResponse = self
+            .with_timeout(timeout, self.unary(RUN_SANDBOX_PATH, req))
+            .await?;
+        Ok(resp.pod_sandbox_id)
+    }
+
+    /// `StopPodSandbox` (idempotent).
+    pub async fn stop_pod_sandbox(&self, id: &str, timeout: Duration) -> Result<(), NodeError> {
+        let req = proto::PodSandboxIdRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        let _: proto::Empty = self
+            .with_timeout(timeout, self.unary(STOP_SANDBOX_PATH, req))
+            .await?;
+        Ok(())
+    }
+
+    /// `RemovePodSandbox` (idempotent).
+    pub async fn remove_pod_sandbox(&self, id: &str, timeout: Duration) -> Result<(), NodeError> {
+        let req = proto::PodSandboxIdRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        let _: proto::Empty = self
+            .with_timeout(timeout, self.unary(REMOVE_SANDBOX_PATH, req))
+            .await?;
+        Ok(())
+    }
+
+    /// `PodSandboxStatus{verbose: true}`.
+    pub async fn pod_sandbox_status(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<proto::PodSandboxStatusResponse, NodeError> {
+        let req = proto::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: true,
+        };
+        self.with_timeout(timeout, self.unary(SANDBOX_STATUS_PATH, req))
+            .await
+    }
+
+    /// `ListPodSandbox` without a filter: every sandbox.
+    pub async fn list_pod_sandboxes(
+        &self,
+        timeout: Duration,
+    ) -> Result<Vec<proto::PodSandbox>, NodeError> {
+        let resp: proto::ListPodSandboxResponse = self
+            .with_timeout(
+                timeout,
+                self.unary(LIST_SANDBOX_PATH, proto::ListPodSandboxRequest {}),
+            )
+            .await?;
+        Ok(resp.items)
     }
 }
 

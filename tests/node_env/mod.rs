@@ -113,11 +113,17 @@ fn find_env() -> Result<Found, String> {
 }
 
 fn skip_or_fail(test: &str, reason: &str) -> Option<NodeEnv> {
+    skip(test, reason);
+    None
+}
+
+/// Report why `test` cannot run on this node env: a panic when the node env is required
+/// (`SHIM_AGENT_REQUIRE_NODE_ENV=1`), else a printed `SKIPPED` line (the caller returns).
+pub fn skip(test: &str, reason: &str) {
     if std::env::var("SHIM_AGENT_REQUIRE_NODE_ENV").as_deref() == Ok("1") {
         panic!("{test}: the node env is required (SHIM_AGENT_REQUIRE_NODE_ENV=1): {reason}");
     }
     eprintln!("SKIPPED {test}: {reason}");
-    None
 }
 
 /// The node env for `test`, locked and reset; `None` (after printing why) when there is none
@@ -260,4 +266,136 @@ impl NodeEnv {
             .output()
             .expect("run .ci/node-env/exec.sh")
     }
+
+    /// [`NodeEnv::exec`] that must succeed: its stdout.
+    pub fn exec_ok(&self, args: &[&str]) -> String {
+        let out = self.exec(args);
+        assert!(
+            out.status.success(),
+            "in the node: {args:?}: {:?}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Whether the container shares the host's network namespace (`boot.sh` with
+    /// `INFRA_NETWORK=host`), so that a process inside reaches servers on the host's loopback.
+    pub fn shares_host_network(&self) -> bool {
+        let Ok(host) = std::fs::read_link("/proc/self/ns/net") else {
+            return false;
+        };
+        let out = self.exec(&["readlink", "/proc/self/ns/net"]);
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == host.as_os_str()
+    }
+
+    /// Import an image (an OCI image layout tar, see [`oci_image`]) into containerd's `k8s.io`
+    /// namespace, where CRI finds it: the node has no registry to pull from.
+    pub fn import_image(&self, tar: &[u8]) {
+        let inside = "/var/tmp/shim-agent-test-image.tar";
+        let on_host = self.root.join(inside.trim_start_matches('/'));
+        std::fs::write(&on_host, tar).expect("write the image tar into the node");
+        let out = self.exec(&["ctr", "-n", "k8s.io", "images", "import", inside]);
+        let _ = std::fs::remove_file(&on_host);
+        assert!(
+            out.status.success(),
+            "ctr images import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The image references in containerd's `k8s.io` namespace (CRI adds its own, by digest,
+    /// beside an imported name).
+    pub fn image_refs(&self) -> Vec<String> {
+        let out = self.exec(&["ctr", "-n", "k8s.io", "images", "ls", "-q"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Remove image references from containerd's `k8s.io` namespace (absent ones are fine).
+    pub fn remove_images(&self, refs: &[String]) {
+        if refs.is_empty() {
+            return;
+        }
+        let mut args = vec!["ctr", "-n", "k8s.io", "images", "rm"];
+        args.extend(refs.iter().map(String::as_str));
+        let _ = self.exec(&args);
+    }
+}
+
+/// A single-layer OCI image layout tar (what `ctr images import` reads) named `name`
+/// (annotation `io.containerd.image.name`), holding `files` (path in the image, bytes, mode),
+/// with this entrypoint, for the node's platform. The approach of the kube env's `images.py`.
+pub fn oci_image(name: &str, files: &[(&str, &[u8], u32)], entrypoint: &[&str]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    fn entry(b: &mut tar::Builder<Vec<u8>>, path: &str, data: &[u8], mode: u32) {
+        let mut h = tar::Header::new_ustar();
+        h.set_path(path).expect("tar path");
+        h.set_entry_type(if path.ends_with('/') {
+            tar::EntryType::Directory
+        } else {
+            tar::EntryType::Regular
+        });
+        h.set_size(data.len() as u64);
+        h.set_mode(mode);
+        h.set_mtime(0);
+        h.set_cksum();
+        b.append(&h, data).expect("tar entry");
+    }
+    let digest = |data: &[u8]| format!("sha256:{}", hex::encode(Sha256::digest(data)));
+
+    let mut layer = tar::Builder::new(Vec::new());
+    for (path, data, mode) in files {
+        let path = path.trim_start_matches('/');
+        if let Some((dir, _)) = path.rsplit_once('/') {
+            entry(&mut layer, &format!("{dir}/"), &[], 0o755);
+        }
+        entry(&mut layer, path, data, *mode);
+    }
+    let layer = layer.into_inner().expect("layer tar");
+    let platform = shim_agent::artifact::node_platform();
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": platform.arch, "os": platform.os,
+        "config": {"Entrypoint": entrypoint, "WorkingDir": "/"},
+        "rootfs": {"type": "layers", "diff_ids": [digest(&layer)]},
+    }))
+    .expect("config json");
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": digest(&config), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": digest(&layer), "size": layer.len()}],
+    }))
+    .expect("manifest json");
+    let last = name.rsplit('/').next().unwrap_or(name);
+    let tag = last.split_once(':').map_or("latest", |(_, t)| t);
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "digest": digest(&manifest), "size": manifest.len(),
+                       "platform": {"architecture": platform.arch, "os": platform.os},
+                       "annotations": {"io.containerd.image.name": name,
+                                       "org.opencontainers.image.ref.name": tag}}],
+    }))
+    .expect("index json");
+
+    let mut out = tar::Builder::new(Vec::new());
+    entry(&mut out, "blobs/", &[], 0o755);
+    entry(&mut out, "blobs/sha256/", &[], 0o755);
+    for blob in [&layer, &config, &manifest] {
+        let hex = digest(blob).trim_start_matches("sha256:").to_string();
+        entry(&mut out, &format!("blobs/sha256/{hex}"), blob, 0o644);
+    }
+    entry(
+        &mut out,
+        "oci-layout",
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+        0o644,
+    );
+    entry(&mut out, "index.json", &index, 0o644);
+    out.into_inner().expect("image tar")
 }
