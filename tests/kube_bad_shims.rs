@@ -67,7 +67,14 @@ async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_stil
     let good_sha = sha256_hex(&good);
     let docs = [
         shim_yaml(&rig.w, "kb-good", "1", sel),
-        yaml("kb-404", &server.url("/missing.tgz"), &good_sha, sel),
+        // a digest no other Shim has: the store would otherwise already hold it (content
+        // addressed) and need no download
+        yaml(
+            "kb-404",
+            &server.url("/missing.tgz"),
+            &sha256_hex(b"never served"),
+            sel,
+        ),
         yaml("kb-digest", &good_url, &"0".repeat(64), sel),
         yaml("kb-arch", &foreign_url, &sha256_hex(&foreign), sel),
         yaml("kb-clash", &good_url, &good_sha, sel),

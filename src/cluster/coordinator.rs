@@ -196,12 +196,14 @@ impl Coordinator {
         let rc_api = Api::<RuntimeClass>::all(self.client.clone());
         if deleting {
             if ours == Some(true) {
+                tracing::info!(shim = %name, runtime_class = %rc_name, "deleting the RuntimeClass of a deleted Shim");
                 delete_ignoring_missing(&rc_api, rc_name).await?;
             }
         } else if rc_problem.is_none() && served {
             let desired = runtime_class(shim);
             match existing.as_deref() {
                 Some(rc) if rc.handler != desired.handler => {
+                    tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass handler changed; replacing it");
                     // The handler is immutable: replace the RuntimeClass.
                     delete_ignoring_missing(&rc_api, rc_name).await?;
                 }
@@ -225,6 +227,7 @@ impl Coordinator {
                 }
                 _ => {
                     let patch = serde_json::json!({ "status": status });
+                    tracing::debug!(shim = %name, "status changed; writing it");
                     shims
                         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                         .await?;

@@ -256,6 +256,10 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let mut installs = Vec::new();
         let mut removes = Vec::new();
         let set = self.load_set()?;
+        // the handlers the config defines, parsed once for all the changes
+        let defined: std::collections::BTreeSet<String> = containerd::inspect(&set)
+            .map(|i| i.handlers.into_iter().map(|h| h.name).collect())
+            .unwrap_or_default();
         for c in changes {
             let (shim, origin) = match c {
                 Change::Install(s) => (s, self.origin),
@@ -272,7 +276,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             if let Some(p) = prev
                 && p.spec_hash == spec_hash(&shim)
                 && self.root.resolve(&p.binary)?.exists()
-                && handler_in(&set, &p.handler)
+                && defined.contains(&p.handler)
             {
                 report.unchanged.push(shim.name().to_string());
                 continue;
@@ -616,12 +620,6 @@ fn phase_name(p: Phase) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
-}
-
-fn handler_in(set: &ConfigSet, handler: &str) -> bool {
-    containerd::inspect(set)
-        .map(|i| i.handlers.iter().any(|h| h.name == handler))
-        .unwrap_or(false)
 }
 
 /// Reflect a plan's results in the in-memory view of the files.

@@ -45,7 +45,7 @@ mod outcome;
 pub const NODE_SYNC_RETRY_SECS: u64 = 5;
 /// Quiet time after an event before a round starts, so changes that arrive together share
 /// one transaction (and one restart).
-pub const DEBOUNCE_MILLIS: u64 = 100;
+pub const DEBOUNCE_MILLIS: u64 = 25;
 
 /// A failing change and when to try it again.
 #[derive(Debug, Clone)]
@@ -65,6 +65,15 @@ pub enum Exit {
     Shutdown,
     /// The credentials on disk changed: connect again.
     Reconnect,
+}
+
+/// What a round read from the caches and `shims.d`.
+struct RoundView<'r> {
+    cluster: &'r [Shim],
+    statics: &'r [Shim],
+    statics_ok: bool,
+    pods: &'r [PodUse],
+    held: &'r BTreeSet<String>,
 }
 
 /// The caches a round reads.
@@ -324,26 +333,35 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             }
         }
         let work = real_work(&plan.changes, state);
-        if !work.is_empty() {
-            // Announce what is under way (best effort).
-            current = self
-                .sync_node(
-                    current,
-                    &cluster,
-                    &statics,
-                    errors.is_empty(),
-                    state,
-                    &pods,
-                    &held,
-                    &plan,
-                )
-                .await;
-        }
+        let view = RoundView {
+            cluster: &cluster,
+            statics: &statics,
+            statics_ok: errors.is_empty(),
+            pods: &pods,
+            held: &held,
+        };
+        // Announce what is under way (best effort), while the transaction runs.
+        let announce = if work.is_empty() {
+            None
+        } else {
+            self.node_sync_patch(&current, &view, state, &plan)
+        };
         let before = state.clone();
-        let result = self
-            .node
-            .apply_with(store, state, plan.changes.clone())
-            .await;
+        let (announced, result) = {
+            let agent: &Self = self;
+            tokio::join!(
+                async {
+                    match announce {
+                        Some(p) => Some(agent.patch_node(p).await),
+                        None => None,
+                    }
+                },
+                agent.node.apply_with(store, state, plan.changes.clone()),
+            )
+        };
+        if let Some(Ok(n)) = announced {
+            current = n;
+        }
         match result {
             Ok(report) => self.succeeded(&report, &before, &cluster, &current).await,
             Err(e) => self.failed(e, &work, &before, &cluster, &current).await,
@@ -351,17 +369,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         self.adopt_into_cluster(store, state, &cluster, &statics, &labels);
         self.report_blocked_and_conflicts(&plan, &cluster, &current)
             .await;
-        self.sync_node(
-            current,
-            &cluster,
-            &statics,
-            errors.is_empty(),
-            state,
-            &pods,
-            &held,
-            &plan,
-        )
-        .await;
+        self.sync_node(current, &view, state, &plan).await;
     }
 
     /// After a batch failed without naming its culprit, run one change at a time.
@@ -428,28 +436,24 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         }
     }
 
-    /// Move the Node's labels and state annotation to what the local state says.
-    #[allow(clippy::too_many_arguments)]
-    async fn sync_node(
-        &mut self,
-        current: KubeNode,
-        cluster: &[Shim],
-        statics: &[Shim],
-        statics_ok: bool,
+    /// The patch that moves the Node's labels and state annotation to what the local state
+    /// says; `None` when the Node is there already.
+    fn node_sync_patch(
+        &self,
+        current: &KubeNode,
+        view: &RoundView<'_>,
         state: &NodeState,
-        pods: &[PodUse],
-        held: &BTreeSet<String>,
         plan: &NodePlan,
-    ) -> KubeNode {
+    ) -> Option<serde_json::Value> {
         let labels_now = current.labels().clone();
         let inputs = Inputs {
             node_labels: &labels_now,
-            cluster,
-            statics,
-            statics_ok,
+            cluster: view.cluster,
+            statics: view.statics,
+            statics_ok: view.statics_ok,
             state,
-            pods,
-            held,
+            pods: view.pods,
+            held: view.held,
         };
         let notes: BTreeMap<String, FailureNote> = self
             .failures
@@ -462,8 +466,18 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
         let labels = target::labels_wanted(&inputs);
-        let Some(patch) = nodestate::node_patch(&labels_now, &previous, present, &labels, &states)
-        else {
+        nodestate::node_patch(&labels_now, &previous, present, &labels, &states)
+    }
+
+    /// Move the Node's labels and state annotation to what the local state says.
+    async fn sync_node(
+        &mut self,
+        current: KubeNode,
+        view: &RoundView<'_>,
+        state: &NodeState,
+        plan: &NodePlan,
+    ) -> KubeNode {
+        let Some(patch) = self.node_sync_patch(&current, view, state, plan) else {
             self.node_sync_due = None;
             self.node_sync_failures = 0;
             return current;
