@@ -44,8 +44,10 @@ mod outcome;
 /// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
 pub const NODE_SYNC_RETRY_SECS: u64 = 5;
 /// Quiet time after an event before a round starts, so changes that arrive together share
-/// one transaction (and one restart).
+/// one transaction (and one restart): the round waits until no event came for this long...
 pub const DEBOUNCE_MILLIS: u64 = 25;
+/// ...but no longer than this after the first one.
+pub const DEBOUNCE_MAX_MILLIS: u64 = 500;
 
 /// A failing change and when to try it again.
 #[derive(Debug, Clone)]
@@ -197,10 +199,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             let due = self.next_due();
             tokio::select! {
                 _ = shutdown.changed() => return Ok(Exit::Shutdown),
-                Some(()) = nudge.recv() => {
-                    tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
-                    while nudge.try_recv().is_ok() {}
-                }
+                Some(()) = nudge.recv() => quiet(&mut nudge).await,
                 Some(()) = files.recv() => {
                     tokio::time::sleep(Duration::from_millis(crate::daemon::DEBOUNCE_MILLIS)).await;
                     while files.try_recv().is_ok() {}
@@ -542,6 +541,22 @@ fn fingerprint(c: &Caches) -> u64 {
         (p.name, p.runtime_class, p.finished).hash(&mut h);
     }
     h.finish()
+}
+
+/// Wait until `events` stayed quiet for [`DEBOUNCE_MILLIS`] (at most
+/// [`DEBOUNCE_MAX_MILLIS`] in all), draining it.
+async fn quiet(events: &mut mpsc::Receiver<()>) {
+    let until = Instant::now() + Duration::from_millis(DEBOUNCE_MAX_MILLIS);
+    loop {
+        tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
+        let mut more = false;
+        while events.try_recv().is_ok() {
+            more = true;
+        }
+        if !more || Instant::now() >= until {
+            return;
+        }
+    }
 }
 
 async fn sleep_until_opt(due: Option<Instant>) {

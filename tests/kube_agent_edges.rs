@@ -1,0 +1,126 @@
+//! The agent's edges on the real API server: changes that arrive together, a static Shim of
+//! the same name as a cluster Shim, and a node name that matches no Node.
+
+mod support;
+
+use std::time::Duration;
+
+use shim_agent::cluster::STATE_ANNOTATION;
+use shim_agent::cluster::session;
+use support::agent_rig::{Rig, cluster_node, with_agent};
+use support::kube::{SERIAL, eventually};
+use support::live::{fake, shim_yaml};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shims_applied_together_share_one_transaction_and_one_restart() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-batch").await else {
+        return;
+    };
+    let names = ["ke-batch-a", "ke-batch-b", "ke-batch-c"];
+    for n in names {
+        rig.force_delete(n).await;
+    }
+    let f = fake(&rig.w);
+    with_agent(&rig, &f, || async {
+        let docs: Vec<String> = names
+            .iter()
+            .map(|n| shim_yaml(&rig.w, n, "1", "test: ke-batch"))
+            .collect();
+        let (ok, out) = rig.env.apply(&docs.join("---\n"));
+        assert!(ok, "{out}");
+        for n in names {
+            eventually(30, &format!("the label of {n}"), || async {
+                (rig.label(n).await.as_deref() == Some("true")).then_some(())
+            })
+            .await;
+        }
+    })
+    .await;
+    assert_eq!(
+        *f.restarts.borrow(),
+        1,
+        "three Shims, one containerd restart"
+    );
+    for n in names {
+        rig.force_delete(n).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_shim_wins_over_the_cluster_shim_of_the_same_name_and_the_node_says_so() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-static").await else {
+        return;
+    };
+    let shim = "ke-static-spin";
+    rig.force_delete(shim).await;
+    // the node owner's file, with another artifact than the cluster's
+    let dir = rig.w.root.resolve("/etc/shim-agent/shims.d").unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mine = shim_yaml(&rig.w, shim, "mine", "test: ke-static");
+    std::fs::write(dir.join("mine.yaml"), &mine).unwrap();
+    let f = fake(&rig.w);
+    with_agent(&rig, &f, || async {
+        let (ok, out) = rig
+            .env
+            .apply(&shim_yaml(&rig.w, shim, "cluster", "test: ke-static"));
+        assert!(ok, "{out}");
+        let state = eventually(30, "Conflict on the node", || async {
+            let n = rig.node().await;
+            let s = n
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(STATE_ANNOTATION)?
+                .clone();
+            s.contains("StaticShimWins").then_some(s)
+        })
+        .await;
+        assert!(state.contains("\"phase\":\"Conflict\""), "{state}");
+        assert_eq!(
+            rig.label(shim).await,
+            None,
+            "the cluster's Shim is not served here"
+        );
+    })
+    .await;
+    let st = support::live::state(&rig.w);
+    assert_eq!(st.shims[shim].origin, shim_agent::state::Origin::Static);
+    let digest_of = |y: &str| {
+        y.split("sha256: ")
+            .nth(1)
+            .unwrap()
+            .split('}')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        st.shims[shim].artifact_sha256,
+        digest_of(&mine),
+        "the static artifact runs"
+    );
+    rig.force_delete(shim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_name_that_matches_no_node_ends_the_agent_with_an_error_that_says_so() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-noname").await else {
+        return;
+    };
+    let f = fake(&rig.w);
+    let n = cluster_node(&rig.w, &f);
+    let mut config = rig.config();
+    // the kubelet identity of ke-noname-node, but a name with no Node object
+    config.node_name = "ke-no-such-node".into();
+    config.node_wait = Duration::from_secs(2);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let e = session::run(&n, config, rx).await.unwrap_err().to_string();
+    assert!(
+        e.contains("no Node named \"ke-no-such-node\"") && e.contains("node.name"),
+        "{e}"
+    );
+    assert_eq!(*f.restarts.borrow(), 0);
+}
