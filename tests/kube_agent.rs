@@ -215,6 +215,25 @@ async fn a_node_no_longer_selected_is_unlabelled_first_and_then_uninstalled_once
             (!n.annotations().contains_key(STATE_ANNOTATION)).then_some(())
         })
         .await;
+        // both steps went out as Events on the Shim, the blocked one naming the pod
+        let events: Api<Event> = Api::namespaced(rig.admin.clone(), "default");
+        eventually(
+            30,
+            "UninstallBlocked and Uninstalled Events on the Shim",
+            || async {
+                let list = events.list(&Default::default()).await.ok()?;
+                let on_shim = |reason: &str| {
+                    list.items.iter().find(|e| {
+                        e.reason.as_deref() == Some(reason)
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(shim)
+                    })
+                };
+                let blocked = on_shim("UninstallBlocked")?.note.clone()?;
+                on_shim("Uninstalled")?;
+                blocked.contains("default/ka-relabel-user").then_some(())
+            },
+        )
+        .await;
     })
     .await;
     assert!(!f.serving.borrow().contains(shim));

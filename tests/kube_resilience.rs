@@ -247,3 +247,99 @@ async fn a_client_certificate_replaced_on_disk_is_used_without_a_restart() {
     assert_eq!(*f.restarts.borrow(), 1);
     rig.force_delete(shim).await;
 }
+
+fn etcd(path: &str, body: &str) -> serde_json::Value {
+    let port = std::env::var("KUBE_ENV_ETCD_PORT").unwrap_or_else(|_| "23790".into());
+    let out = std::process::Command::new("curl")
+        .args(["-sf", "-X", "POST", "-d", body])
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "etcd {path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_resume_after_410_gone_when_the_history_was_compacted_during_an_outage() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("kr-gone").await else {
+        return;
+    };
+    let shim = "kr-gone-spin";
+    rig.force_delete(shim).await;
+    let f = fake(&rig.w);
+    with_agent(&rig, &f, || async {
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "1", "test: kr-gone"));
+        eventually(30, "the install", || async {
+            (rig.label(shim).await.as_deref() == Some("true")).then_some(())
+        })
+        .await;
+        // history moves on without the agent's watches seeing it, then the API server goes,
+        // and etcd compacts everything before now: resuming from the old resourceVersion
+        // answers 410 Gone
+        for i in 0..5 {
+            rig.env.kubectl(&[
+                "create",
+                "configmap",
+                &format!("kr-gone-{i}"),
+                "-n",
+                "default",
+            ]);
+        }
+        let pid = apiserver_pid().expect("kube-apiserver pid");
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let rev = etcd("/v3/maintenance/status", "{}")["header"]["revision"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        etcd(
+            "/v3/kv/compaction",
+            &format!("{{\"revision\":\"{rev}\",\"physical\":true}}"),
+        );
+        let up = rig.env.dir.join("up.sh");
+        let out = tokio::task::spawn_blocking(move || std::process::Command::new(up).output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // the watches relisted: a new artifact is seen and installed
+        let (ok, out) = rig
+            .env
+            .apply(&shim_yaml(&rig.w, shim, "2", "test: kr-gone"));
+        assert!(ok, "{out}");
+        eventually(60, "the upgrade after the relist", || async {
+            (*f.restarts.borrow() >= 2).then_some(())
+        })
+        .await;
+        for i in 0..5 {
+            rig.env.kubectl(&[
+                "delete",
+                "configmap",
+                &format!("kr-gone-{i}"),
+                "-n",
+                "default",
+            ]);
+        }
+    })
+    .await;
+    assert_eq!(*f.restarts.borrow(), 2);
+    rig.force_delete(shim).await;
+}

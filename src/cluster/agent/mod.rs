@@ -44,7 +44,8 @@ mod outcome;
 /// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
 pub const NODE_SYNC_RETRY_SECS: u64 = 5;
 /// Quiet time after an event before a round starts, so changes that arrive together share
-/// one transaction (and one restart): the round waits until no event came for this long...
+/// one transaction (and one restart): the round waits until nothing it reads changed for
+/// this long...
 pub const DEBOUNCE_MILLIS: u64 = 25;
 /// ...but no longer than this after the first one.
 pub const DEBOUNCE_MAX_MILLIS: u64 = 500;
@@ -199,7 +200,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             let due = self.next_due();
             tokio::select! {
                 _ = shutdown.changed() => return Ok(Exit::Shutdown),
-                Some(()) = nudge.recv() => quiet(&mut nudge).await,
+                Some(()) = nudge.recv() => quiet(&mut nudge, || fingerprint(&caches)).await,
                 Some(()) = files.recv() => {
                     tokio::time::sleep(Duration::from_millis(crate::daemon::DEBOUNCE_MILLIS)).await;
                     while files.try_recv().is_ok() {}
@@ -543,19 +544,20 @@ fn fingerprint(c: &Caches) -> u64 {
     h.finish()
 }
 
-/// Wait until `events` stayed quiet for [`DEBOUNCE_MILLIS`] (at most
-/// [`DEBOUNCE_MAX_MILLIS`] in all), draining it.
-async fn quiet(events: &mut mpsc::Receiver<()>) {
+/// Wait until what a round depends on (`fingerprint`) stayed the same for
+/// [`DEBOUNCE_MILLIS`] (at most [`DEBOUNCE_MAX_MILLIS`] in all), draining `events`. Events
+/// that change nothing a round reads (status, finalizer, our own annotation) do not extend it.
+async fn quiet(events: &mut mpsc::Receiver<()>, fingerprint: impl Fn() -> u64) {
     let until = Instant::now() + Duration::from_millis(DEBOUNCE_MAX_MILLIS);
+    let mut seen = fingerprint();
     loop {
         tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
-        let mut more = false;
-        while events.try_recv().is_ok() {
-            more = true;
-        }
-        if !more || Instant::now() >= until {
+        while events.try_recv().is_ok() {}
+        let now = fingerprint();
+        if now == seen || Instant::now() >= until {
             return;
         }
+        seen = now;
     }
 }
 
