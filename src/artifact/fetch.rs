@@ -110,6 +110,8 @@ pub struct Fetcher {
 impl Fetcher {
     /// A fetcher for this node's platform, verified artifacts only, no progress bar.
     pub fn new(limits: Limits, retry: RetryPolicy) -> Result<Self, ArtifactError> {
+        // the OCI client builds its own reqwest client: rustls needs its provider first
+        install_crypto_provider();
         Ok(Fetcher {
             http: Default::default(),
             limits,
@@ -125,7 +127,6 @@ impl Fetcher {
         if let Some(c) = self.http.get() {
             return Ok(c);
         }
-        install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(self.limits.connect_timeout)
             .read_timeout(self.limits.read_timeout)
