@@ -5,6 +5,9 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+
 use shim_agent::cluster::STATE_ANNOTATION;
 use shim_agent::cluster::session;
 use support::agent_rig::{Rig, cluster_node, with_agent};
@@ -123,4 +126,89 @@ async fn a_node_name_that_matches_no_node_ends_the_agent_with_an_error_that_says
         "{e}"
     );
     assert_eq!(*f.restarts.borrow(), 0);
+}
+
+/// The Events regarding `name` (any kind), as (reason, note).
+async fn events_about(rig: &Rig, name: &str) -> Vec<(String, String)> {
+    let events: Api<Event> = Api::namespaced(rig.admin.clone(), "default");
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an_event_too() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-rollback").await else {
+        return;
+    };
+    let shim = "ke-rollback-spin";
+    rig.force_delete(shim).await;
+    let mut f = fake(&rig.w);
+    f.fail_restarts = vec![1]; // the first restart fails; the rollback's restart works
+    let original = support::live::config(&rig.w);
+    with_agent(&rig, &f, || async {
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "1", "test: ke-rollback"));
+        let state = eventually(30, "Failed on the node", || async {
+            let n = rig.node().await;
+            let s = n
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(STATE_ANNOTATION)?
+                .clone();
+            s.contains("\"phase\":\"Failed\"").then_some(s)
+        })
+        .await;
+        assert!(state.contains("RolledBack"), "{state}");
+        assert_eq!(rig.label(shim).await, None);
+        eventually(30, "a RolledBack Event on the Shim", || async {
+            events_about(&rig, shim)
+                .await
+                .iter()
+                .any(|(r, n)| r == "RolledBack" && n.contains("rolled back"))
+                .then_some(())
+        })
+        .await;
+        eventually(30, "Degraded on the Shim", || async {
+            (rig.condition(shim, "Degraded").await? == ("True".into(), "RolledBack".into()))
+                .then_some(())
+        })
+        .await;
+    })
+    .await;
+    assert_eq!(
+        support::live::config(&rig.w),
+        original,
+        "rolled back to the same bytes"
+    );
+    // once containerd restarts again, the Shim installs and then upgrades, with Events
+    f.fail_restarts.clear();
+    with_agent(&rig, &f, || async {
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "2", "test: ke-rollback"));
+        eventually(30, "the install", || async {
+            (rig.label(shim).await.as_deref() == Some("true")).then_some(())
+        })
+        .await;
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "3", "test: ke-rollback"));
+        eventually(30, "Upgraded Events on the Shim and the Node", || async {
+            let on_shim = events_about(&rig, shim).await;
+            let on_node = events_about(&rig, &rig.name).await;
+            (on_shim.iter().any(|(r, _)| r == "Upgraded")
+                && on_node.iter().any(|(r, _)| r == "Upgraded"))
+            .then_some(())
+        })
+        .await;
+    })
+    .await;
+    rig.force_delete(shim).await;
 }

@@ -114,6 +114,23 @@ async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_stil
             .await;
             assert!(msg.contains(text), "{shim}: {msg:?} lacks {text:?}");
         }
+        // the failure went out as an Event on the Shim with its reason
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(rig.admin.clone(), "default");
+        eventually(30, "an InstallFailed Event for kb-digest", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("InstallFailed")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("kb-digest")
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("DigestMismatch"))
+                })
+                .then_some(())
+        })
+        .await;
         // capped backoff, not a retry storm: a failing Shim is tried again after 10 s at the
         // earliest (and a 404 is not retried within an attempt)
         tokio::time::sleep(Duration::from_secs(3)).await;
