@@ -7,6 +7,10 @@
 //! `SHIM_AGENT_CONTAINERD_BIN=/path/to/containerd cargo test --test containerd_real -- --ignored`
 //! (Debian bookworm: `apt-get download containerd && dpkg-deb -x containerd_*.deb x`, then
 //! `x/usr/bin/containerd`, version 1.6.20).
+//!
+//! Likewise every editable version 3/4 corpus file with containerd 2.x builds (each reads the
+//! versions it supports: 2.2 up to 3, 2.3 up to 4): `SHIM_AGENT_CONTAINERD2_BINS=BIN:BIN cargo
+//! test --test containerd_real containerd_2x -- --ignored` (scripts/test does both).
 
 mod containerd_common;
 
@@ -143,4 +147,99 @@ fn containerd_1x_keeps_every_handler_and_gets_the_new_one() {
     }
     eprintln!("checked with {bin}: {checked:#?}");
     assert!(checked.len() >= 15, "only {} files checked", checked.len());
+}
+
+/// containerd 2.x's merged view of a version 3/4 config: its runtime handlers.
+fn dump_2x(bin: &str, dir: &Path, bytes: &[u8]) -> Result<serde_json::Map<String, Json>, String> {
+    let f = dir.join("config.toml");
+    std::fs::write(&f, bytes).unwrap();
+    let out = Command::new(bin)
+        .arg("--config")
+        .arg(&f)
+        .args(["config", "dump"])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let j = parse_json(&out.stdout);
+    Ok(get(&j, &runtimes_path(3))
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap_or_default())
+}
+
+#[test]
+#[ignore = "needs containerd 2.x binaries in SHIM_AGENT_CONTAINERD2_BINS"]
+fn containerd_2x_reads_every_edited_version_3_and_4_config() {
+    // e.g. /var/tmp/containerd-bins/containerd-v2.2.7:/var/tmp/containerd-bins/containerd-v2.3.4
+    let bins =
+        std::env::var("SHIM_AGENT_CONTAINERD2_BINS").expect("set SHIM_AGENT_CONTAINERD2_BINS");
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/containerd-configs");
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = test_spec("wasmtest");
+    let mut entries: Vec<_> = std::fs::read_dir(&corpus)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    let mut checked = Vec::new();
+    for bin in bins.split(':') {
+        for p in &entries {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let bytes = std::fs::read(p).unwrap();
+            let Ok(parsed) = toml_edit::de::from_slice::<Json>(&bytes) else {
+                continue;
+            };
+            if version_of(&parsed) < 3 {
+                continue;
+            }
+            // a version this binary refuses (2.2 and version 4) is not its to read
+            let Ok(before) = dump_2x(bin, tmp.path(), &bytes) else {
+                continue;
+            };
+            let set = ConfigSet {
+                main: ConfigFile {
+                    host_path: "/etc/containerd/config.toml".into(),
+                    bytes: bytes.clone(),
+                },
+                dropins: vec![],
+            };
+            let opts = AddOptions {
+                replace: false,
+                dropin: DropinPolicy::Never,
+            };
+            let Ok(plan) = plan_add(&set, &spec, &opts) else {
+                continue;
+            };
+            let after_bytes = plan.changes[0].after.clone().unwrap();
+            let after = dump_2x(bin, tmp.path(), &after_bytes)
+                .unwrap_or_else(|e| panic!("{name}: {bin} refuses the edited file: {e}"));
+            for (h, v) in &before {
+                assert_eq!(
+                    after.get(h).map(zero_options_unset),
+                    Some(zero_options_unset(v)),
+                    "{name} ({bin}): handler {h} changed or vanished"
+                );
+            }
+            let new = after
+                .get("wasmtest")
+                .unwrap_or_else(|| panic!("{name} ({bin}): no new handler: {after:?}"));
+            assert_eq!(
+                new.get("runtime_type"),
+                Some(&Json::from(spec.runtime_type.clone())),
+                "{name} ({bin})"
+            );
+            checked.push(format!(
+                "{name} ({})",
+                bin.rsplit('/').next().unwrap_or(bin)
+            ));
+        }
+    }
+    eprintln!("checked: {checked:#?}");
+    assert!(
+        checked.len() >= 6,
+        "only {} file/binary pairs checked",
+        checked.len()
+    );
 }
