@@ -73,6 +73,38 @@ async fn when_the_coordinator_dies_the_other_agent_takes_over_within_the_lease_d
     tokio::join!(agent_a, agent_b, body);
 }
 
+/// SIGKILL the kube-apiserver (a crash, not a graceful stop) and wait until it is gone.
+async fn kill_apiserver() {
+    let pid = apiserver_pid().expect("kube-apiserver pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let t = Instant::now();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "kube-apiserver did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Start it again (the kube env's up.sh keeps what still runs).
+async fn start_apiserver(rig: &Rig) {
+    let up = rig.env.dir.join("up.sh");
+    let out = tokio::task::spawn_blocking(move || std::process::Command::new(up).output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn apiserver_pid() -> Option<i32> {
     let state = std::env::var("KUBE_ENV_STATE").unwrap_or_else(|_| "/var/tmp/kube-env".into());
     std::fs::read_to_string(format!("{state}/default/run/kube-apiserver.pid"))
@@ -110,22 +142,8 @@ async fn an_install_finishes_while_the_api_server_is_down_and_the_label_follows_
         })
         .await;
         // the API server goes away while containerd restarts
-        let pid = apiserver_pid().expect("kube-apiserver pid");
-        assert!(
-            std::process::Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
+        kill_apiserver().await;
         let t = Instant::now();
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "kube-apiserver did not exit"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
         while fref.serving.borrow().get(shim).is_none() {
             assert!(
                 t.elapsed() < Duration::from_secs(30),
@@ -135,16 +153,7 @@ async fn an_install_finishes_while_the_api_server_is_down_and_the_label_follows_
         }
         assert_eq!(*fref.restarts.borrow(), 1);
         // back again
-        let up = rig.env.dir.join("up.sh");
-        let out = tokio::task::spawn_blocking(move || std::process::Command::new(up).output())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        start_apiserver(&rig).await;
         eventually(60, "the label after the outage", || async {
             let n = kube::Api::<k8s_openapi::api::core::v1::Node>::all(rig.admin.clone())
                 .get(&rig.name)
@@ -291,17 +300,7 @@ async fn watches_resume_after_410_gone_when_the_history_was_compacted_during_an_
                 "default",
             ]);
         }
-        let pid = apiserver_pid().expect("kube-apiserver pid");
-        assert!(
-            std::process::Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        kill_apiserver().await;
         let rev = etcd("/v3/maintenance/status", "{}")["header"]["revision"]
             .as_str()
             .unwrap()
@@ -310,16 +309,7 @@ async fn watches_resume_after_410_gone_when_the_history_was_compacted_during_an_
             "/v3/kv/compaction",
             &format!("{{\"revision\":\"{rev}\",\"physical\":true}}"),
         );
-        let up = rig.env.dir.join("up.sh");
-        let out = tokio::task::spawn_blocking(move || std::process::Command::new(up).output())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        start_apiserver(&rig).await;
         // the watches relisted: a new artifact is seen and installed
         let (ok, out) = rig
             .env
