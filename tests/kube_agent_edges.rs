@@ -8,7 +8,6 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
-use shim_agent::cluster::STATE_ANNOTATION;
 use shim_agent::cluster::session;
 use support::agent_rig::{Rig, cluster_node, with_agent};
 use support::kube::{SERIAL, eventually};
@@ -70,13 +69,7 @@ async fn a_static_shim_wins_over_the_cluster_shim_of_the_same_name_and_the_node_
             .apply(&shim_yaml(&rig.w, shim, "cluster", "test: ke-static"));
         assert!(ok, "{out}");
         let state = eventually(30, "Conflict on the node", || async {
-            let n = rig.node().await;
-            let s = n
-                .metadata
-                .annotations
-                .as_ref()?
-                .get(STATE_ANNOTATION)?
-                .clone();
+            let s = rig.state_annotation().await?;
             s.contains("StaticShimWins").then_some(s)
         })
         .await;
@@ -157,13 +150,7 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
         rig.env
             .apply(&shim_yaml(&rig.w, shim, "1", "test: ke-rollback"));
         let state = eventually(30, "Failed on the node", || async {
-            let n = rig.node().await;
-            let s = n
-                .metadata
-                .annotations
-                .as_ref()?
-                .get(STATE_ANNOTATION)?
-                .clone();
+            let s = rig.state_annotation().await?;
             s.contains("\"phase\":\"Failed\"").then_some(s)
         })
         .await;

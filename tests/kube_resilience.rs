@@ -131,13 +131,7 @@ async fn an_install_finishes_while_the_api_server_is_down_and_the_label_follows_
             .apply(&shim_yaml(&rig.w, shim, "1", "test: kr-outage"));
         assert!(ok, "{out}");
         eventually(30, "the node announcing the install", || async {
-            let n = rig.node().await;
-            let s = n
-                .metadata
-                .annotations
-                .as_ref()?
-                .get(STATE_ANNOTATION)?
-                .clone();
+            let s = rig.state_annotation().await?;
             s.contains("Installing").then_some(())
         })
         .await;

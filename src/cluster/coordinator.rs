@@ -165,13 +165,7 @@ impl Coordinator {
         if !deleting && !has_finalizer {
             let mut finalizers = shim.finalizers().to_vec();
             finalizers.push(FINALIZER.into());
-            let patch = serde_json::json!({"metadata": {
-                "finalizers": finalizers,
-                "resourceVersion": shim.resource_version(),
-            }});
-            shims
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            set_finalizers(&shims, shim, finalizers).await?;
         }
 
         let rc_name = &shim.spec.runtime_class.name;
@@ -247,19 +241,34 @@ impl Coordinator {
                     .filter(|f| *f != FINALIZER)
                     .cloned()
                     .collect();
-                let patch = serde_json::json!({"metadata": {
-                    "finalizers": finalizers,
-                    "resourceVersion": shim.resource_version(),
-                }});
-                shims
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
+                set_finalizers(&shims, shim, finalizers).await?;
                 self.last_status_write.remove(&name);
                 tracing::info!(shim = %name, "every node is clean; finalizer removed");
             }
         }
         Ok(due)
     }
+}
+
+/// Replace a Shim's finalizers, guarded by the resourceVersion it was read at (a 409 when
+/// someone changed it meanwhile; the next round reads it again).
+async fn set_finalizers(
+    shims: &Api<Shim>,
+    shim: &Shim,
+    finalizers: Vec<String>,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": shim.resource_version(),
+    }});
+    shims
+        .patch(
+            &shim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
 }
 
 async fn delete_ignoring_missing(api: &Api<RuntimeClass>, name: &str) -> Result<(), kube::Error> {

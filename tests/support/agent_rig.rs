@@ -76,6 +76,15 @@ impl Rig {
             .unwrap()
     }
 
+    /// The Node's `containerd.x-k8s.io/shim-state` annotation, as JSON text.
+    pub async fn state_annotation(&self) -> Option<String> {
+        self.node()
+            .await
+            .annotations()
+            .get(shim_agent::cluster::STATE_ANNOTATION)
+            .cloned()
+    }
+
     pub async fn label(&self, shim: &str) -> Option<String> {
         self.node().await.labels().get(&node_label(shim)).cloned()
     }
