@@ -23,8 +23,8 @@ use shim_agent::node::{CriClient, RuntimeHealth};
 use shim_agent::profile;
 use shim_agent::settings::Settings;
 use shim_agent::state::{Origin, Phase};
-use shim_agent::txn::live::{Change, Node};
 use shim_agent::txn::real::{CriHealth, SystemdRestarter};
+use shim_agent::txn::{Change, Node};
 
 /// Poll CRI until `stop`; return the longest outage.
 async fn poll(cri: CriClient, stop: Arc<AtomicBool>) -> Duration {

@@ -15,7 +15,7 @@ use shim_agent::hostroot::HostRoot;
 use shim_agent::profile;
 use shim_agent::settings::Settings;
 use shim_agent::state::{Origin, Phase};
-use shim_agent::txn::live::{Change, HealthCheck, Node, Restarter};
+use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
 
 struct Instant0;
 impl Restarter for Instant0 {

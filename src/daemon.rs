@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use crate::api::Shim;
 use crate::api::load::parse_shims;
 use crate::state::{NodeState, Origin, ShimState, StateStore};
-use crate::txn::live::{Change, HealthCheck, Node, Restarter};
+use crate::txn::{Change, HealthCheck, Node, Restarter};
 
 /// Full re-check even without file events.
 pub const RESYNC_INTERVAL_SECS: u64 = 300;

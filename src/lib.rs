@@ -6,17 +6,18 @@
 //! - [`artifact`]: fetch, verify and unpack shims into the content-addressed store;
 //! - [`api`]: the `Shim` custom resource and the manifests around it;
 //! - [`settings`]: the agent's own configuration (`/etc/shim-agent/config.toml`);
-//! - [`node`]: the real edges of a node transaction: systemd over D-Bus, containerd's CRI.
+//! - [`node`]: the real edges of a node transaction: systemd over D-Bus, containerd's CRI;
+//! - [`txn`]: the one transaction engine, for a live node and an image root;
+//! - [`cluster`]: the Kubernetes daemon; [`cli`]: what the commands do.
 
 pub mod api;
 pub mod artifact;
+pub mod cli;
 pub mod cluster;
-pub mod cmd_containerd;
 pub mod containerd;
 pub mod daemon;
 pub mod fsutil;
 pub mod hostroot;
-pub mod install;
 pub mod node;
 pub mod profile;
 pub mod settings;

@@ -5,13 +5,14 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use shim_agent::cli::{self, image};
 use shim_agent::hostroot::HostRoot;
 use shim_agent::node::{CriClient, SystemdDbus};
 use shim_agent::settings::Settings;
 use shim_agent::state::Origin;
-use shim_agent::txn::live::{Change, Node};
 use shim_agent::txn::real::{CriHealth, SystemdRestarter};
-use shim_agent::{api, artifact, cluster, cmd_containerd, daemon, install, profile, settings};
+use shim_agent::txn::{Change, Node};
+use shim_agent::{api, artifact, cluster, daemon, profile, settings};
 
 /// shim-agent installs containerd shims on this node and registers their runtime handlers.
 ///
@@ -56,7 +57,7 @@ enum Command {
     Run(RunArgs),
     /// Inspect or edit containerd's config directly (no restart, no state).
     #[command(subcommand)]
-    Containerd(cmd_containerd::ContainerdCmd),
+    Containerd(cli::containerd::ContainerdCmd),
 }
 
 #[derive(Args, Debug)]
@@ -164,7 +165,7 @@ async fn live_node<'a>(
     })
 }
 
-fn print_report(r: &shim_agent::txn::live::Report) {
+fn print_report(r: &shim_agent::txn::Report) {
     for n in &r.installed {
         println!("installed {n}: containerd serves its handler");
     }
@@ -200,17 +201,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => print!("{}", api::manifests::crd_yaml()?),
         Command::Manifests => print!("{}", api::manifests::manifests_yaml()?),
-        Command::Containerd(cmd) => cmd_containerd::run(cmd, &HostRoot::system())?,
+        Command::Containerd(cmd) => cli::containerd::run(cmd, &HostRoot::system())?,
         Command::Install(args) => cmd_install(&settings, args)?,
         Command::Uninstall(args) => cmd_uninstall(&settings, args)?,
         Command::Run(args) => cmd_run(&settings, args)?,
         Command::Status(args) => {
             let root = host_root(&args.root)?;
-            let state = install::read_state(&root, &settings)?;
+            let state = cli::status::read_state(&root, &settings)?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&state)?);
             } else {
-                print!("{}", install::format_status_table(&state));
+                print!("{}", cli::status::format_status_table(&state));
             }
         }
     }
@@ -246,13 +247,13 @@ fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {
         print_report(&report);
         return Ok(());
     }
-    let opts = install::InstallOptions {
+    let opts = image::InstallOptions {
         platform,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     for shim in &shims {
         let outcome = rt
-            .block_on(install::install_offline(&root, settings, shim, &opts))
+            .block_on(image::install_offline(&root, settings, shim, &opts))
             .with_context(|| {
                 format!(
                     "install of Shim {:?} failed; {} is unchanged",
@@ -261,7 +262,7 @@ fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {
                 )
             })?;
         match outcome {
-            install::InstallOutcome::Installed {
+            image::InstallOutcome::Installed {
                 binary,
                 config_files,
                 upgraded,
@@ -273,7 +274,7 @@ fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {
                 binary,
                 config_files.join(", ")
             ),
-            install::InstallOutcome::Unchanged => {
+            image::InstallOutcome::Unchanged => {
                 println!("{}: already installed, nothing to do", shim.name())
             }
         }
@@ -297,7 +298,7 @@ fn cmd_uninstall(settings: &Settings, args: UninstallArgs) -> anyhow::Result<()>
         print_report(&report);
         return Ok(());
     }
-    let out = install::uninstall_offline(&root, settings, &args.name)?;
+    let out = runtime()?.block_on(image::uninstall_offline(&root, settings, &args.name))?;
     println!("uninstalled {}", args.name);
     for f in out.restored {
         println!("  {f}: restored to its bytes from before the install");

@@ -14,7 +14,7 @@ use shim_agent::cluster::round::backoff;
 use shim_agent::cluster::status::{NodeView, compute_status};
 use shim_agent::cluster::target::{Inputs, PodUse, labels_wanted, plan_node, targets};
 use shim_agent::state::{InstalledShim, NodeState, Origin, ShimState};
-use shim_agent::txn::live::Change;
+use shim_agent::txn::Change;
 
 fn shim(name: &str, selector: Option<&str>) -> Shim {
     let sel = selector
@@ -217,7 +217,7 @@ fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds
     let cluster = vec![shim("bad", None), shim("good", None)];
     let mut state = NodeState::default();
     let mut good = record("good", Origin::Cluster, ShimState::Installed);
-    good.spec_hash = shim_agent::install::spec_hash(&cluster[1]);
+    good.spec_hash = cluster[1].spec_hash();
     state.shims.insert("good".into(), good);
     let inputs = Inputs {
         node_labels: &node,

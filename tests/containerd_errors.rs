@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use clap::Parser;
-use shim_agent::cmd_containerd::{ContainerdCmd, run};
+use shim_agent::cli::containerd::{ContainerdCmd, run};
 use shim_agent::containerd::{AddOptions, RuntimeSpec, apply, load, plan_add, plan_remove};
 use shim_agent::hostroot::HostRoot;
 

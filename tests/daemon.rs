@@ -5,7 +5,7 @@ mod support;
 
 use shim_agent::daemon::{adopt_pending, read_static_shims, reconcile_once, static_changes};
 use shim_agent::state::{Origin, ShimState, StateStore};
-use shim_agent::txn::live::Change;
+use shim_agent::txn::Change;
 use support::live::*;
 
 fn shims_d(w: &World) -> std::path::PathBuf {

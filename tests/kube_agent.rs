@@ -302,11 +302,11 @@ async fn an_offline_install_is_adopted_on_first_boot_without_a_second_restart() 
     let parsed = shim_agent::api::load::parse_shims(&yaml, "shim.yaml")
         .unwrap()
         .remove(0);
-    let opts = shim_agent::install::InstallOptions {
+    let opts = shim_agent::cli::image::InstallOptions {
         platform: shim_agent::artifact::node_platform(),
         progress: false,
     };
-    shim_agent::install::install_offline(&rig.w.root, &rig.w.settings, &parsed, &opts)
+    shim_agent::cli::image::install_offline(&rig.w.root, &rig.w.settings, &parsed, &opts)
         .await
         .unwrap();
     // first boot: containerd starts with the baked config

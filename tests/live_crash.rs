@@ -14,7 +14,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard};
 
 use shim_agent::state::{Phase, StateStore};
-use shim_agent::txn::live::Change;
+use shim_agent::txn::Change;
 use support::live::*;
 
 const HAPPY_PATH: &[(&str, Option<Phase>)] = &[
@@ -125,7 +125,7 @@ fn crash_and_recover(
     };
     if crashed {
         // Reload the journal from disk: it records the phase the crash interrupted.
-        let st = shim_agent::install::read_state(&w.root, &w.settings).unwrap();
+        let st = shim_agent::cli::status::read_state(&w.root, &w.settings).unwrap();
         let phase = st.journal.as_ref().map(|j| j.phase);
         if fp == "txn::committed" {
             assert_eq!(phase, Some(Phase::Committed), "{fp}");

@@ -9,7 +9,7 @@
 mod support;
 
 use shim_agent::state::{Origin, Phase, ShimState, StateStore};
-use shim_agent::txn::live::Change;
+use shim_agent::txn::Change;
 use support::live::*;
 
 #[test]
@@ -90,6 +90,47 @@ fn a_failed_restart_rolls_back_to_the_original_bytes() {
             .exists(),
         "new binary removed"
     );
+}
+
+/// Every artifact directory in the node's store.
+fn stored_artifacts(w: &World) -> Vec<String> {
+    let dir = w.root.resolve("/var/lib/shim-agent/store/sha256").unwrap();
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => vec![],
+    }
+}
+
+#[test]
+fn a_rolled_back_transaction_leaves_no_artifact_behind_and_a_broken_one_keeps_it() {
+    let w = world();
+    let mut f = fake(&w);
+    f.fail_verifies = vec![1];
+    block(node(&w, &f).apply(vec![shim(&w, "spin", "1")])).unwrap_err();
+    assert!(state(&w).journal.is_none());
+    assert_eq!(stored_artifacts(&w), Vec::<String>::new(), "rolled back");
+
+    // Broken: the journal stays open and recovery may still need what it fetched
+    let mut f = fake(&w);
+    f.fail_restarts = vec![1, 2];
+    block(node(&w, &f).apply(vec![shim(&w, "spin", "1")])).unwrap_err();
+    assert_eq!(
+        state(&w).journal.as_ref().map(|j| j.phase),
+        Some(Phase::Broken)
+    );
+    assert_eq!(stored_artifacts(&w).len(), 1, "kept while Broken");
+
+    // the next start finishes the rollback, and drops the artifact with it
+    let f = fake(&w);
+    let n = node(&w, &f);
+    block(n.open()).unwrap();
+    assert_eq!(stored_artifacts(&w), Vec::<String>::new(), "recovered");
+
+    // a success keeps its artifact
+    block(n.apply(vec![shim(&w, "spin", "1")])).unwrap();
+    assert_eq!(stored_artifacts(&w).len(), 1);
 }
 
 #[test]

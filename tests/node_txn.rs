@@ -18,8 +18,8 @@ use shim_agent::node::{RuntimeHealth, ServiceManager};
 use shim_agent::profile;
 use shim_agent::settings::Settings;
 use shim_agent::state::{NodeState, Origin};
-use shim_agent::txn::live::{Change, Node};
 use shim_agent::txn::real::{CriHealth, SystemdRestarter};
+use shim_agent::txn::{Change, Node};
 use support::{Entry, sha256_hex, tar_gz};
 
 /// Remove everything an earlier test's agent left in the container.
@@ -79,7 +79,7 @@ fn install_change(yaml: &str) -> Vec<Change> {
 }
 
 fn read_state(root: &HostRoot) -> NodeState {
-    shim_agent::install::read_state(root, &Settings::default()).unwrap()
+    shim_agent::cli::status::read_state(root, &Settings::default()).unwrap()
 }
 
 async fn invocation(env: &NodeEnv) -> String {

@@ -10,8 +10,9 @@ use std::path::Path;
 
 use shim_agent::api::load::parse_shims;
 use shim_agent::artifact::{Platform, node_platform};
+use shim_agent::cli::image::{self, InstallOptions, InstallOutcome};
+use shim_agent::cli::status;
 use shim_agent::hostroot::HostRoot;
-use shim_agent::install::{self, InstallOptions, InstallOutcome};
 use shim_agent::settings::Settings;
 use shim_agent::state::{NodeState, ShimState, StateStore};
 use support::{Entry, TestServer, foreign_elf, real_elf, sha256_hex, tar_gz};
@@ -91,11 +92,23 @@ fn run_install(img: &Image, yaml: &str) -> anyhow::Result<InstallOutcome> {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(install::install_offline(
+    rt.block_on(image::install_offline(
         &img.root,
         &Settings::default(),
         &shim,
         &opts(),
+    ))
+}
+
+fn uninstall(img: &Image, name: &str) -> anyhow::Result<image::UninstallOutcome> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(image::uninstall_offline(
+        &img.root,
+        &Settings::default(),
+        name,
     ))
 }
 
@@ -107,7 +120,7 @@ fn good_artifact() -> Vec<u8> {
 }
 
 fn state_of(img: &Image) -> NodeState {
-    install::read_state(&img.root, &Settings::default()).unwrap()
+    status::read_state(&img.root, &Settings::default()).unwrap()
 }
 
 #[test]
@@ -187,7 +200,7 @@ fn uninstall_restores_the_original_config_bytes_and_removes_everything() {
     let before = deep_snapshot(img.root.path());
     let (url, sha) = write_artifact(&img, "demo.tar.gz", &good_artifact());
     run_install(&img, &shim_yaml("demo", &url, &sha, "")).unwrap();
-    let out = install::uninstall_offline(&img.root, &Settings::default(), "demo").unwrap();
+    let out = uninstall(&img, "demo").unwrap();
     assert_eq!(out.restored, ["/etc/containerd/config.toml"]);
     assert!(out.changed_since.is_empty());
     assert_eq!(
@@ -212,7 +225,7 @@ fn uninstall_restores_the_original_config_bytes_and_removes_everything() {
     for (k, v) in &before {
         assert_eq!(after.get(k), Some(v), "{k} changed");
     }
-    let e = install::uninstall_offline(&img.root, &Settings::default(), "demo").unwrap_err();
+    let e = uninstall(&img, "demo").unwrap_err();
     assert!(e.to_string().contains("no Shim named \"demo\""), "{e}");
 }
 
@@ -247,7 +260,7 @@ fn an_upgrade_places_the_new_binary_beside_the_old_and_switches() {
             .exists()
     );
     // uninstall after an upgrade still gives back the bytes from before the first install
-    install::uninstall_offline(&img.root, &Settings::default(), "demo").unwrap();
+    uninstall(&img, "demo").unwrap();
     assert_eq!(
         std::fs::read(img.root.resolve("/etc/containerd/config.toml").unwrap()).unwrap(),
         img.original_config
@@ -420,7 +433,7 @@ fn a_crash_mid_install_is_rolled_back_from_the_journal_on_the_next_run() {
         b"new",
     )
     .unwrap();
-    let status = install::format_status_table(&state_of(&img));
+    let status = status::format_status_table(&state_of(&img));
     assert!(
         status.contains("unfinished transaction crashed"),
         "{status}"
@@ -465,7 +478,7 @@ fn platforms_pick_the_image_architecture() {
         .unwrap();
     let before = deep_snapshot(img2.root.path());
     let e = rt
-        .block_on(install::install_offline(
+        .block_on(image::install_offline(
             &img2.root,
             &Settings::default(),
             &shim,

@@ -288,4 +288,16 @@ impl Shim {
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
     }
+
+    /// Hash of everything that, when it changes, means a new install on a node: the
+    /// handler, the artifact and the runtime settings (not the targeting or the rollout).
+    pub fn spec_hash(&self) -> String {
+        use sha2::Digest;
+        let v = serde_json::json!({
+            "handler": self.handler(),
+            "fetch": self.spec.fetch_strategy,
+            "runtime": self.spec.runtime,
+        });
+        hex::encode(sha2::Sha256::digest(v.to_string().as_bytes()))
+    }
 }

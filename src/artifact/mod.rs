@@ -10,9 +10,13 @@
 //! 3. [`find_shim_binary`] picks the shim in the tree and checks its ELF header;
 //! 4. [`place_binary`] installs it at `/opt/shim-agent/shims/<shim>/<sha256>/<binary>`.
 //!
+//! [`configure`] applies the agent's fetch settings to a [`Fetcher`] and a Shim's
+//! `fetchStrategy` to a [`FetchSpec`].
+//!
 //! Every failure is an [`ArtifactError`] with a stable [`reason`](ArtifactError::reason),
 //! and leaves nothing new in the store or under `/opt`.
 
+pub mod configure;
 mod elf;
 mod error;
 mod fetch;

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use super::target::{Inputs, NodePlan, wanted_from_cluster};
 use super::{GROUP, STATE_ANNOTATION, node_label};
-use crate::install::spec_hash;
 use crate::state::ShimState;
 
 /// Where one Shim stands on one node.
@@ -123,7 +122,7 @@ pub fn states_wanted(
             None => NodePhase::Installing,
             Some(r) if r.state == ShimState::PendingVerification => NodePhase::PendingVerification,
             Some(r) if r.state != ShimState::Installed => NodePhase::Installing,
-            Some(r) if r.spec_hash != spec_hash(shim) => NodePhase::Upgrading,
+            Some(r) if r.spec_hash != shim.spec_hash() => NodePhase::Upgrading,
             Some(_) => NodePhase::Installed,
         };
         put(name, phase, digest, None, None, generation);

@@ -8,9 +8,8 @@ use kube::ResourceExt;
 
 use super::target::PodUse;
 use crate::api::Shim;
-use crate::install::spec_hash;
 use crate::state::NodeState;
-use crate::txn::live::Change;
+use crate::txn::Change;
 
 /// First retry after a failure; doubled per failure up to [`BACKOFF_MAX_SECS`].
 pub const BACKOFF_BASE_SECS: u64 = 10;
@@ -20,7 +19,7 @@ pub const BACKOFF_MAX_SECS: u64 = 600;
 pub const UNINSTALL_KEY: &str = "uninstall";
 
 pub fn spec_key(shim: &Shim) -> String {
-    format!("{}:{}", shim.uid().unwrap_or_default(), spec_hash(shim))
+    format!("{}:{}", shim.uid().unwrap_or_default(), shim.spec_hash())
 }
 
 pub fn backoff(attempts: u32) -> Duration {
@@ -45,7 +44,7 @@ pub fn real_work(changes: &[Change], state: &NodeState) -> Vec<String> {
             Change::Install(s) | Change::InstallAs(s, _) => state
                 .shims
                 .get(s.name())
-                .is_none_or(|r| r.spec_hash != spec_hash(s)),
+                .is_none_or(|r| r.spec_hash != s.spec_hash()),
         })
         .map(|c| change_name(c).to_string())
         .collect()

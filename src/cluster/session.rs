@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch as tokio_watch};
 use super::agent::{Agent, Exit};
 use super::connect::{self, CredentialWatch, Source};
 use super::coordinator::{self, CoordinatorConfig};
-use crate::txn::live::{HealthCheck, Node, Restarter};
+use crate::txn::{HealthCheck, Node, Restarter};
 
 /// Settings of a cluster session.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::CONTROL_PLANE_LABEL;
 use crate::api::Shim;
 use crate::state::{NodeState, Origin, ShimState};
-use crate::txn::live::Change;
+use crate::txn::Change;
 
 /// A pod on this node, as far as uninstalls care.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,6 +26,9 @@
 //! | Committed, RolledBack | close the journal |
 //! | RollingBack | finish the roll back (restore, restart, verify) |
 //! | Broken | retry the roll back; stays Broken if containerd still does not come back |
+//!
+//! In an image root nothing can prove a new state works (no containerd runs), so every phase
+//! from Applied on is rolled back without a restart instead.
 
 use thiserror::Error;
 
@@ -128,11 +131,18 @@ pub enum Recovery {
 }
 
 /// The recovery action for a journal found open at start (see the table in the module docs).
-pub fn recovery_for(phase: Phase) -> Recovery {
+///
+/// `provable`: whether containerd can be asked if the new state works. Without it (an image
+/// root) nothing can prove a half-done transaction good, so it never rolls forward: its files
+/// are put back and nothing is restarted.
+pub fn recovery_for(phase: Phase, provable: bool) -> Recovery {
     use Phase::*;
     match phase {
         Planned | Fetched | SlotAcquired => Recovery::Discard,
         Staged => Recovery::RollBackFiles,
+        Applied | Restarted | Verified | RollingBack | Broken if !provable => {
+            Recovery::RollBackFiles
+        }
         Applied | Restarted | Verified => Recovery::RollForward(phase),
         Committed | RolledBack => Recovery::Close,
         RollingBack | Broken => Recovery::RollBackAndRestart,
@@ -311,16 +321,32 @@ mod tests {
 
     #[test]
     fn recovery_never_leaves_changed_files_unhandled() {
-        for p in ALL {
-            let r = recovery_for(p);
-            if host_may_have_changed(p) {
-                assert_ne!(r, Recovery::Discard, "{p:?} may have changed the host");
-                assert_ne!(r, Recovery::Close, "{p:?} may have changed the host");
+        for provable in [true, false] {
+            for p in ALL {
+                let r = recovery_for(p, provable);
+                if host_may_have_changed(p) {
+                    assert_ne!(r, Recovery::Discard, "{p:?} may have changed the host");
+                    assert_ne!(r, Recovery::Close, "{p:?} may have changed the host");
+                }
             }
         }
-        assert_eq!(recovery_for(Staged), Recovery::RollBackFiles);
-        assert_eq!(recovery_for(Applied), Recovery::RollForward(Applied));
-        assert_eq!(recovery_for(Broken), Recovery::RollBackAndRestart);
-        assert_eq!(recovery_for(Fetched), Recovery::Discard);
+        assert_eq!(recovery_for(Staged, true), Recovery::RollBackFiles);
+        assert_eq!(recovery_for(Applied, true), Recovery::RollForward(Applied));
+        assert_eq!(recovery_for(Broken, true), Recovery::RollBackAndRestart);
+        assert_eq!(recovery_for(Fetched, true), Recovery::Discard);
+    }
+
+    #[test]
+    fn without_a_containerd_to_prove_it_nothing_rolls_forward_or_restarts() {
+        for p in ALL {
+            let r = recovery_for(p, false);
+            assert!(
+                !matches!(r, Recovery::RollForward(_) | Recovery::RollBackAndRestart),
+                "{p:?} -> {r:?} in an image root"
+            );
+        }
+        assert_eq!(recovery_for(Applied, false), Recovery::RollBackFiles);
+        assert_eq!(recovery_for(Broken, false), Recovery::RollBackFiles);
+        assert_eq!(recovery_for(Committed, false), Recovery::Close);
     }
 }

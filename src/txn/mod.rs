@@ -1,8 +1,22 @@
-//! Node transactions: install, upgrade and uninstall as journalled state machines.
+//! Node transactions: install, upgrade and uninstall as journalled state machines, one engine
+//! for a live node and an image root.
 //!
-//! [`machine`] is the pure core (phases, transitions, recovery decisions); the shell that
-//! performs each step lives beside it.
+//! - [`machine`]: the pure core (phases, transitions, recovery decisions);
+//! - [`engine`]: the shell that performs each step ([`Node::apply`]);
+//! - [`recovery`]: interrupted transactions finished or undone, failed ones rolled back;
+//! - [`ports`]: the restart and health ports, and the image root's own ([`NoRestart`],
+//!   [`DeferredVerification`]); [`real`]: systemd over D-Bus and containerd's CRI;
+//! - [`files`], [`record`], [`batch`]: backups and the undo log, what is recorded, several
+//!   config changes as one.
 
-pub mod live;
+pub mod batch;
+pub mod engine;
+pub mod files;
 pub mod machine;
+pub mod ports;
 pub mod real;
+pub mod record;
+pub mod recovery;
+
+pub use engine::{Change, Node, Report};
+pub use ports::{DeferredVerification, HealthCheck, NoRestart, Restarter};

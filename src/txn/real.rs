@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::live::{HealthCheck, Restarter};
+use super::ports::{HealthCheck, Restarter};
 use crate::node::{CriClient, NodeError, RuntimeHealth, ServiceManager, SystemdDbus};
 
 /// [`Restarter`] through systemd's D-Bus API.

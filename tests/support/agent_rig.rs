@@ -127,7 +127,7 @@ impl Rig {
 pub fn cluster_node<'a>(
     w: &'a World,
     f: &'a FakeContainerd,
-) -> shim_agent::txn::live::Node<'a, &'a FakeContainerd, &'a FakeContainerd> {
+) -> shim_agent::txn::Node<'a, &'a FakeContainerd, &'a FakeContainerd> {
     let mut n = node(w, f);
     n.origin = Origin::Cluster;
     n

@@ -12,7 +12,7 @@ use shim_agent::hostroot::HostRoot;
 use shim_agent::profile;
 use shim_agent::settings::Settings;
 use shim_agent::state::Origin;
-use shim_agent::txn::live::{Change, HealthCheck, Node, Restarter};
+use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
 
 use super::{Entry, real_elf, sha256_hex, tar_gz};
 
@@ -172,7 +172,7 @@ pub fn config(w: &World) -> Vec<u8> {
 }
 
 pub fn state(w: &World) -> shim_agent::state::NodeState {
-    shim_agent::install::read_state(&w.root, &w.settings).unwrap()
+    shim_agent::cli::status::read_state(&w.root, &w.settings).unwrap()
 }
 
 /// A Shim manifest (YAML) for `kubectl apply`, with a fresh artifact holding `version`.

@@ -37,7 +37,7 @@ use super::watch::{Tasks, spawn_reflector};
 use crate::api::Shim;
 use crate::daemon::{adopt_pending, read_static_shims};
 use crate::state::{NodeState, Origin, StateStore};
-use crate::txn::live::{Change, HealthCheck, Node, Restarter};
+use crate::txn::{Change, HealthCheck, Node, Restarter};
 
 mod outcome;
 

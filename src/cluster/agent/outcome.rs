@@ -12,7 +12,7 @@ use crate::cluster::nodestate::FailureNote;
 use crate::cluster::round::{UNINSTALL_KEY, backoff, error_reason, report_digest, spec_key};
 use crate::cluster::target::NodePlan;
 use crate::state::NodeState;
-use crate::txn::live::{HealthCheck, Report, Restarter};
+use crate::txn::{HealthCheck, Report, Restarter};
 
 impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     pub(super) async fn succeeded(

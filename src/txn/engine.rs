@@ -1,10 +1,11 @@
-//! Live-node transactions: install, upgrade and uninstall with a containerd restart, CRI
-//! verification and rollback (docs/design.md §3, §4).
+//! The one transaction engine: install, upgrade and uninstall with a containerd restart, CRI
+//! verification and rollback (docs/design.md §3, §4), on a live node or in an image root.
 //!
 //! The shell around [`machine`](super::machine): every phase is journalled in the state store
 //! before the side effect that follows it; the world is reached through two narrow ports,
-//! [`Restarter`] (systemd) and [`HealthCheck`] (containerd's CRI), so the same code runs
-//! against the real node, the node-env test container, or scripted fakes.
+//! [`Restarter`] and [`HealthCheck`] ([`ports`](super::ports)), so the same code runs against
+//! the real node, the node-env test container, scripted fakes, and an image root (whose ports
+//! restart nothing and record `pending-verification`).
 //!
 //! # Guarantees
 //! - Fetch and verify of every artifact happen before anything on the host changes.
@@ -13,53 +14,36 @@
 //!   expected handler afterwards, rolls the transaction back on the spot: backups restored,
 //!   containerd restarted and checked again. If even that fails the journal stays open at
 //!   `Broken` and the error says so.
-//! - [`Node::recover`] finishes or undoes an interrupted transaction from the journal alone.
+//! - A failed transaction that was rolled back leaves nothing new behind: artifacts it
+//!   fetched, directories it created and its backups go too.
+//! - [`Node::recover`] finishes or undoes an interrupted transaction from the journal alone
+//!   ([`recovery`](super::recovery)).
 //! - Nothing is restarted when no change is needed.
 //!
 //! # Failpoints
 //! With the `failpoints` feature, `txn::<phase>` fires right after each phase is journalled
 //! (before the next side effect), e.g. `FAILPOINTS=txn::applied=panic`.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::machine::{self, Event, Next, Recovery};
+use super::batch;
+use super::files::{Undo, backups_dir, gc_artifact, remove_binary, stage_backups};
+use super::machine::{self, Event, Next};
+use super::ports::{HealthCheck, Restarter};
+use super::record::{merge_config_records, now_secs, runtime_spec, sha256_hex};
 use crate::api::Shim;
+use crate::artifact::configure::{fetch_spec, fetcher, spec_location};
 use crate::artifact::{self, Platform, Store};
-use crate::containerd::{
-    self, AddOptions, ConfigFile, ConfigSet, DropinPolicy, FileChange, Plan, RuntimeSpec,
-};
+use crate::containerd::{self, AddOptions, ConfigSet, DropinPolicy, Plan, RuntimeSpec};
 use crate::hostroot::HostRoot;
-use crate::install::{
-    Undo, backups_dir, fetch_spec, fetcher, gc_artifact, merge_config_records, now_secs,
-    remove_binary, restore_backups, runtime_spec, sha256_hex, spec_hash, spec_location,
-    stage_backups,
-};
 use crate::profile::Profile;
 use crate::settings::Settings;
 use crate::state::{
-    ConfigRecord, InstalledShim, Journal, NodeState, Origin, Phase, ShimState, StateStore, TxnKind,
+    ConfigRecord, InstalledShim, Journal, NodeState, Origin, Phase, StateStore, TxnKind,
 };
-
-/// Restarts containerd's unit (systemd over D-Bus in production).
-pub trait Restarter {
-    /// Restart `unit` and wait for the job; `Err` carries the unit and the job result.
-    fn restart(&self, unit: &str) -> impl Future<Output = Result<(), String>>;
-}
-
-/// Asks containerd itself whether it serves the runtime handlers (CRI `Status`).
-pub trait HealthCheck {
-    /// Succeed when the runtime is ready, every handler in `present` is served and none in
-    /// `absent` is; `Err` says what is wrong.
-    fn verify(
-        &self,
-        present: &[String],
-        absent: &[String],
-    ) -> impl Future<Output = Result<(), String>>;
-}
 
 /// One requested change.
 #[derive(Debug, Clone)]
@@ -96,14 +80,14 @@ pub struct Node<'a, R, H> {
 }
 
 /// A change after fetching: everything needed to apply it.
-struct Prepared {
+pub(super) struct Prepared {
     record: InstalledShim,
     binary_src: PathBuf,
     previous: Option<InstalledShim>,
     runtime: RuntimeSpec,
 }
 
-fn failpoint(_name: &str) {
+pub(super) fn failpoint(_name: &str) {
     fail::fail_point!(_name);
 }
 
@@ -135,87 +119,24 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok((store, state))
     }
 
-    /// Roll an open journal forward or back (see the recovery table in `machine`).
-    pub async fn recover(&self, store: &StateStore, state: &mut NodeState) -> anyhow::Result<()> {
-        let Some(j) = state.journal.clone() else {
-            return Ok(());
-        };
-        let result = self.recover_journal(store, state, &j).await;
-        // Whatever the outcome, binaries of these shims that the state does not name go.
-        self.remove_stray_binaries(state, &j.shims);
-        result
-    }
-
-    async fn recover_journal(
+    pub(super) fn close(
         &self,
         store: &StateStore,
         state: &mut NodeState,
         j: &Journal,
     ) -> anyhow::Result<()> {
-        let action = machine::recovery_for(j.phase);
-        tracing::warn!(txn = %j.id, phase = ?j.phase, ?action, "recovering an unfinished transaction");
-        match action {
-            Recovery::Discard | Recovery::Close => self.close(store, state, j)?,
-            Recovery::RollBackFiles => {
-                restore_backups(self.root, j)?;
-                self.close(store, state, j)?;
-            }
-            Recovery::RollBackAndRestart => {
-                self.roll_back(
-                    store,
-                    state,
-                    j.reason.clone().unwrap_or_else(|| "interrupted".into()),
-                )
-                .await?;
-            }
-            Recovery::RollForward(phase) => {
-                let mut report = Report::default();
-                if phase == Phase::Applied {
-                    if let Err(e) = self.restarter.restart(&self.profile.unit).await {
-                        return self.fail(store, state, e).await;
-                    }
-                    self.event(store, state, Event::Restarted)?;
-                }
-                if matches!(phase, Phase::Applied | Phase::Restarted) {
-                    if let Err(e) = self.verify_journal(j).await {
-                        return self.fail(store, state, e).await;
-                    }
-                    self.event(store, state, Event::Verified)?;
-                }
-                self.commit(store, state, &mut report)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Remove `<shims>/<name>/<digest>/` directories that no installed record points at.
-    fn remove_stray_binaries(&self, state: &NodeState, names: &[String]) {
-        for name in names {
-            let Ok(dir) = self.root.resolve(Path::new(artifact::SHIMS_DIR).join(name)) else {
-                continue;
-            };
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            let keep = state.shims.get(name).map(|r| r.artifact_sha256.clone());
-            for e in entries.flatten() {
-                if Some(e.file_name().to_string_lossy().into_owned()) != keep {
-                    tracing::info!(path = %e.path().display(), "removing a binary no installed shim uses");
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
-            }
-            let _ = std::fs::remove_dir(&dir);
-        }
-    }
-
-    fn close(&self, store: &StateStore, state: &mut NodeState, j: &Journal) -> anyhow::Result<()> {
         state.journal = None;
         store.save(state)?;
         let _ = std::fs::remove_dir_all(backups_dir(store.dir(), &j.id));
         Ok(())
     }
 
-    fn event(&self, store: &StateStore, state: &mut NodeState, event: Event) -> anyhow::Result<()> {
+    pub(super) fn event(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        event: Event,
+    ) -> anyhow::Result<()> {
         let Some(j) = state.journal.as_mut() else {
             bail!("no open transaction for {event:?}")
         };
@@ -232,7 +153,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(())
     }
 
-    async fn verify_journal(&self, j: &Journal) -> Result<(), String> {
+    pub(super) async fn verify_journal(&self, j: &Journal) -> Result<(), String> {
         let present: Vec<String> = j.pending.iter().map(|r| r.handler.clone()).collect();
         let absent: Vec<String> = j.removing.clone();
         self.health.verify(&present, &absent).await
@@ -250,6 +171,18 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         store: &StateStore,
         state: &mut NodeState,
         changes: Vec<Change>,
+    ) -> anyhow::Result<Report> {
+        self.apply_showing(store, state, changes, false).await
+    }
+
+    /// Like [`apply_with`](Self::apply_with), with a progress bar on stderr for downloads
+    /// when `progress`.
+    pub async fn apply_showing(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        changes: Vec<Change>,
+        progress: bool,
     ) -> anyhow::Result<Report> {
         let mut report = Report::default();
         let t0 = Instant::now();
@@ -274,7 +207,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             };
             let prev = state.shims.get(shim.name());
             if let Some(p) = prev
-                && p.spec_hash == spec_hash(&shim)
+                && p.spec_hash == shim.spec_hash()
                 && self.root.resolve(&p.binary)?.exists()
                 && defined.contains(&p.handler)
             {
@@ -287,7 +220,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 .find(|s| s.handler == shim.handler() && s.name != shim.name())
             {
                 bail!(
-                    "handler {:?} is already installed for Shim {:?}",
+                    "handler {:?} is already installed for Shim {:?}; uninstall it first",
                     shim.handler(),
                     other.name
                 );
@@ -300,7 +233,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
 
         // Fetch and verify everything before the host changes.
         let mut undo = Undo::default();
-        let prepared = match self.fetch_all(state, &installs, &mut undo).await {
+        let prepared = match self.fetch_all(state, &installs, progress, &mut undo).await {
             Ok(p) => p,
             Err(e) => {
                 undo.run();
@@ -318,8 +251,39 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             }
         };
 
+        let result = self
+            .run(
+                store,
+                state,
+                &prepared,
+                &removes,
+                &plan,
+                &mut undo,
+                &mut report,
+            )
+            .await;
+        // Rolled back (the journal is closed): what this run fetched and created goes too.
+        // An open journal (Broken) keeps everything for the next recovery.
+        if result.is_err() && state.journal.is_none() {
+            undo.run();
+        }
+        result.map(|()| report)
+    }
+
+    /// The journalled steps of one transaction, from Planned to Committed.
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        prepared: &[Prepared],
+        removes: &[InstalledShim],
+        plan: &Plan,
+        undo: &mut Undo,
+        report: &mut Report,
+    ) -> anyhow::Result<()> {
         let id = format!("{}-{}", now_secs(), std::process::id());
-        let kind = match (&prepared[..], &removes[..]) {
+        let kind = match (prepared, removes) {
             ([], _) => TxnKind::Uninstall,
             (p, _) if p.iter().any(|x| x.previous.is_some()) => TxnKind::Upgrade,
             _ => TxnKind::Install,
@@ -336,8 +300,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         store.save(state)?;
         failpoint("txn::planned");
         self.event(store, state, Event::Fetched)?;
-        // No cluster here: the rollout slot is trivially ours (the rollout gate comes with
-        // the Kubernetes daemon).
+        // No rollout gate yet: the slot is trivially ours.
         self.event(store, state, Event::SlotAcquired)?;
 
         let t = Instant::now();
@@ -347,10 +310,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             .map(|c| c.host_path.display().to_string())
             .collect();
         touched.extend(prepared.iter().map(|p| p.record.binary.clone()));
-        let backups = match stage_backups(self.root, store.dir(), &id, &touched, &mut undo) {
+        let backups = match stage_backups(self.root, store.dir(), &id, &touched, undo) {
             Ok(b) => b,
             Err(e) => {
-                undo.run();
                 state.journal = None;
                 store.save(state)?;
                 return Err(e);
@@ -363,11 +325,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         report.phases.push((Phase::Staged, t.elapsed()));
 
         let t = Instant::now();
-        if let Err(e) = self.apply_files(&prepared, &plan) {
-            return self
-                .fail(store, state, format!("{e:#}"))
-                .await
-                .map(|_| report);
+        if let Err(e) = self.apply_files(prepared, plan) {
+            return self.fail(store, state, format!("{e:#}")).await;
         }
         self.event(store, state, Event::Applied)?;
         report.phases.push((Phase::Applied, t.elapsed()));
@@ -378,7 +337,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         if !plan.is_empty() {
             report.restarts += 1;
             if let Err(e) = self.restarter.restart(&self.profile.unit).await {
-                return self.fail(store, state, e).await.map(|_| report);
+                return self.fail(store, state, e).await;
             }
         }
         self.event(store, state, Event::Restarted)?;
@@ -388,21 +347,22 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let present: Vec<String> = prepared.iter().map(|p| p.record.handler.clone()).collect();
         let absent: Vec<String> = removes.iter().map(|r| r.handler.clone()).collect();
         if let Err(e) = self.health.verify(&present, &absent).await {
-            return self.fail(store, state, e).await.map(|_| report);
+            return self.fail(store, state, e).await;
         }
         self.event(store, state, Event::Verified)?;
         report.phases.push((Phase::Verified, t.elapsed()));
 
         let t = Instant::now();
-        self.commit(store, state, &mut report)?;
+        self.commit(store, state, report)?;
         report.phases.push((Phase::Committed, t.elapsed()));
-        Ok(report)
+        Ok(())
     }
 
     async fn fetch_all(
         &self,
         state: &NodeState,
         installs: &[(Box<Shim>, Origin)],
+        progress: bool,
         undo: &mut Undo,
     ) -> anyhow::Result<Vec<Prepared>> {
         let store_dir = self.state_dir()?.join("store");
@@ -410,16 +370,16 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             undo.create_dir_all(&store_dir.join(sub))?;
         }
         let artifacts = Store::open(&store_dir)?;
-        let fetcher = fetcher(self.settings, self.platform.clone(), false)?;
+        let fetcher = fetcher(&self.settings.fetch, self.platform.clone(), progress)?;
         let mut out = Vec::new();
         for (shim, origin) in installs {
-            let spec = fetch_spec(shim, self.settings)?;
+            let spec = fetch_spec(shim, &self.settings.fetch)?;
             let fetched = fetcher
                 .fetch(&spec, &artifacts)
                 .await
                 .with_context(|| format!("Shim {:?}", shim.name()))?;
             if fetched.fetched {
-                undo.dirs.push(fetched.dir.clone());
+                undo.created_dir(fetched.dir.clone());
             }
             let wanted = shim.spec.runtime.as_ref().and_then(|r| r.binary.as_deref());
             let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)?;
@@ -441,9 +401,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     artifact_sha256: fetched.digest.clone(),
                     source: spec_location(&spec),
                     binary: host_s,
-                    spec_hash: spec_hash(shim),
+                    spec_hash: shim.spec_hash(),
                     config_files: vec![],
-                    state: ShimState::Installed,
+                    state: self.health.committed_state(),
                     origin: *origin,
                     runtime_class: Some(shim.spec.runtime_class.name.clone()),
                     installed_at: now_secs(),
@@ -465,7 +425,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let mut steps: Vec<Plan> = Vec::new();
         for r in removes {
             let p = containerd::plan_remove(&set, &r.handler)?;
-            update_set(&mut set, &p);
+            batch::update_set(&mut set, &p);
             steps.push(p);
         }
         for p in prepared {
@@ -474,10 +434,10 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 dropin: self.dropin_policy(),
             };
             let plan = containerd::plan_add(&set, &p.runtime, &opts)?;
-            update_set(&mut set, &plan);
+            batch::update_set(&mut set, &plan);
             steps.push(plan);
         }
-        Ok(combine(steps))
+        Ok(batch::combine(steps))
     }
 
     fn apply_files(&self, prepared: &[Prepared], plan: &Plan) -> anyhow::Result<()> {
@@ -495,70 +455,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(())
     }
 
-    /// A step failed: journal it, roll back, and return the error.
-    async fn fail(
-        &self,
-        store: &StateStore,
-        state: &mut NodeState,
-        reason: String,
-    ) -> anyhow::Result<()> {
-        tracing::error!(%reason, "transaction failed; rolling back");
-        self.event(
-            store,
-            state,
-            Event::Failed {
-                reason: reason.clone(),
-            },
-        )?;
-        self.roll_back(store, state, reason.clone()).await?;
-        bail!("{reason}; rolled back: containerd runs the previous configuration")
-    }
-
-    async fn roll_back(
-        &self,
-        store: &StateStore,
-        state: &mut NodeState,
-        reason: String,
-    ) -> anyhow::Result<()> {
-        let Some(j) = state.journal.clone() else {
-            return Ok(());
-        };
-        restore_backups(self.root, &j)?;
-        failpoint("txn::restored");
-        // containerd must come back with the handlers it had before.
-        let before: Vec<String> = state.shims.values().map(|s| s.handler.clone()).collect();
-        let new: Vec<String> = j
-            .pending
-            .iter()
-            .filter(|p| !state.shims.contains_key(&p.name))
-            .map(|p| p.handler.clone())
-            .collect();
-        let outcome = match self.restarter.restart(&self.profile.unit).await {
-            Ok(()) => self.health.verify(&before, &new).await,
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Ok(()) => {
-                self.event(store, state, Event::RolledBack)?;
-                // New binaries of the failed transaction go; the store keeps verified artifacts.
-                for p in &j.pending {
-                    if state.shims.get(&p.name).map(|s| &s.binary) != Some(&p.binary) {
-                        let _ = remove_binary(self.root, p);
-                    }
-                }
-                self.close(store, state, &j)?;
-                Ok(())
-            }
-            Err(e) => {
-                self.event(store, state, Event::RollbackFailed { reason: e.clone() })?;
-                bail!(
-                    "{reason}; the rollback failed too ({e}): containerd is not healthy, the journal stays open at Broken"
-                )
-            }
-        }
-    }
-
-    fn commit(
+    pub(super) fn commit(
         &self,
         store: &StateStore,
         state: &mut NodeState,
@@ -620,39 +517,4 @@ fn phase_name(p: Phase) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
-}
-
-/// Reflect a plan's results in the in-memory view of the files.
-fn update_set(set: &mut ConfigSet, plan: &Plan) {
-    for c in &plan.changes {
-        if c.host_path == set.main.host_path {
-            if let Some(after) = &c.after {
-                set.main.bytes = after.clone();
-            }
-            continue;
-        }
-        set.dropins.retain(|d| d.host_path != c.host_path);
-        if let Some(after) = &c.after {
-            set.dropins.push(ConfigFile {
-                host_path: c.host_path.clone(),
-                bytes: after.clone(),
-            });
-        }
-    }
-}
-
-/// Several plans as one: per file the first `before` and the last `after`, in the order
-/// files first appear (which keeps "drop-in before its import, import before its removal").
-fn combine(plans: Vec<Plan>) -> Plan {
-    let mut out: Vec<FileChange> = Vec::new();
-    for p in plans {
-        for c in p.changes {
-            match out.iter_mut().find(|x| x.host_path == c.host_path) {
-                Some(x) => x.after = c.after,
-                None => out.push(c),
-            }
-        }
-    }
-    out.retain(|c| c.before != c.after);
-    Plan { changes: out }
 }

@@ -1,0 +1,88 @@
+//! The agent's fetch settings applied to this module: a [`Fetcher`] with the configured
+//! limits and retries, and a Shim's `fetchStrategy` as the plain [`FetchSpec`] it reads.
+
+use anyhow::Context;
+
+use super::{ArtifactSource, FetchSpec, Fetcher, Limits, OciAuth, OciSource, Platform};
+use super::{PlatformSource, RetryPolicy};
+use crate::api::{FetchType, Shim};
+use crate::settings::FetchSettings;
+
+/// A fetcher configured from the settings.
+pub fn fetcher(f: &FetchSettings, platform: Platform, progress: bool) -> anyhow::Result<Fetcher> {
+    let limits = Limits {
+        max_download_bytes: f.max_download_bytes,
+        max_unpacked_bytes: f.max_unpacked_bytes,
+        max_file_bytes: f.max_unpacked_bytes,
+        max_entries: f.max_entries,
+        connect_timeout: std::time::Duration::from_secs(f.connect_timeout_secs),
+        read_timeout: std::time::Duration::from_secs(f.read_timeout_secs),
+        ..Limits::default()
+    };
+    let retry = RetryPolicy {
+        max_attempts: f.attempts,
+        ..RetryPolicy::default()
+    };
+    Ok(Fetcher::new(limits, retry)?
+        .allow_unverified(f.allow_unverified)
+        .for_platform(platform)
+        .with_progress(progress))
+}
+
+/// The Shim's fetchStrategy as this module's plain input; the registry token comes from
+/// `fetch.registry-token-file`.
+pub fn fetch_spec(shim: &Shim, f: &FetchSettings) -> anyhow::Result<FetchSpec> {
+    let fs = &shim.spec.fetch_strategy;
+    let token = match f.registry_token_file.as_str() {
+        "" => None,
+        path => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read fetch.registry-token-file {path}"))?
+                .trim()
+                .to_string(),
+        ),
+    };
+    Ok(FetchSpec {
+        strategy: match fs.type_ {
+            FetchType::AnonymousHttp => "anonymousHttp".into(),
+            FetchType::Oci => "oci".into(),
+        },
+        anon_http: fs.anon_http.as_ref().and_then(|a| {
+            a.location.as_ref().map(|l| ArtifactSource {
+                location: l.clone(),
+                sha256: a.sha256.clone(),
+            })
+        }),
+        platforms: fs
+            .platforms
+            .iter()
+            .flatten()
+            .map(|p| PlatformSource {
+                os: p.os.clone(),
+                arch: p.arch.clone(),
+                source: ArtifactSource {
+                    location: p.location.clone(),
+                    sha256: p.sha256.clone(),
+                },
+            })
+            .collect(),
+        oci: fs.oci.as_ref().map(|o| OciSource {
+            reference: o.reference.clone(),
+            auth: token.map(OciAuth::Bearer).unwrap_or_default(),
+            layer: o.layer.clone(),
+            insecure_http: false,
+        }),
+    })
+}
+
+/// Where a spec fetches from, as recorded in the node's state.
+pub fn spec_location(spec: &FetchSpec) -> String {
+    if let Some(o) = &spec.oci {
+        return o.reference.clone();
+    }
+    match (&spec.anon_http, spec.platforms.first()) {
+        (Some(a), _) => a.location.clone(),
+        (None, Some(p)) => p.source.location.clone(),
+        (None, None) => String::new(),
+    }
+}

@@ -1,0 +1,6 @@
+//! The command line's library half: what `shim-agent containerd …`, `install --root`,
+//! `uninstall --root` and `status` do, kept out of `main.rs` so tests reach them.
+
+pub mod containerd;
+pub mod image;
+pub mod status;

@@ -1,0 +1,69 @@
+//! The two narrow ports through which a transaction reaches the world, and the image root's
+//! implementation of them.
+//!
+//! A live node restarts containerd through systemd and asks containerd's CRI whether it serves
+//! the handlers ([`real`](super::real)). An image root (`install --root DIR`) has no running
+//! containerd: its restart does nothing and its health check cannot prove anything, so a
+//! shim committed there is recorded `pending-verification`, for the agent to verify on the
+//! node's first boot. The same engine runs both.
+
+use std::future::Future;
+
+use crate::state::ShimState;
+
+/// Restarts containerd's unit (systemd over D-Bus in production).
+pub trait Restarter {
+    /// Restart `unit` and wait for the job; `Err` carries the unit and the job result.
+    fn restart(&self, unit: &str) -> impl Future<Output = Result<(), String>>;
+}
+
+/// Asks containerd itself whether it serves the runtime handlers (CRI `Status`).
+pub trait HealthCheck {
+    /// Succeed when the runtime is ready, every handler in `present` is served and none in
+    /// `absent` is; `Err` says what is wrong.
+    fn verify(
+        &self,
+        present: &[String],
+        absent: &[String],
+    ) -> impl Future<Output = Result<(), String>>;
+
+    /// False when nothing can answer [`verify`](Self::verify) for real (an image root):
+    /// shims are then recorded `pending-verification`, and an interrupted transaction is
+    /// rolled back, never forward, since nothing can prove its new state works.
+    fn proves(&self) -> bool {
+        true
+    }
+
+    /// The state a committed shim is recorded in.
+    fn committed_state(&self) -> ShimState {
+        if self.proves() {
+            ShimState::Installed
+        } else {
+            ShimState::PendingVerification
+        }
+    }
+}
+
+/// The image root's restart port: there is no containerd to restart.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRestart;
+
+impl Restarter for NoRestart {
+    async fn restart(&self, _unit: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The image root's health port: verification is deferred to the node's first boot.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeferredVerification;
+
+impl HealthCheck for DeferredVerification {
+    async fn verify(&self, _present: &[String], _absent: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn proves(&self) -> bool {
+        false
+    }
+}

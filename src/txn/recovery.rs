@@ -1,0 +1,157 @@
+//! Recovery and rollback: an interrupted transaction finished or undone from its journal
+//! alone (the recovery table of [`machine`](super::machine)), and a failed one rolled back
+//! on the spot.
+
+use std::path::Path;
+
+use anyhow::bail;
+
+use super::engine::{Node, Report, failpoint};
+use super::files::{gc_artifact, remove_binary, restore_backups};
+use super::machine::{self, Event, Recovery};
+use super::ports::{HealthCheck, Restarter};
+use crate::artifact::{self, Store};
+use crate::state::{Journal, NodeState, Phase, StateStore};
+
+impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
+    /// Roll an open journal forward or back (see the recovery table in `machine`).
+    pub async fn recover(&self, store: &StateStore, state: &mut NodeState) -> anyhow::Result<()> {
+        let Some(j) = state.journal.clone() else {
+            return Ok(());
+        };
+        let result = self.recover_journal(store, state, &j).await;
+        // Whatever the outcome, binaries of these shims that the state does not name go.
+        self.remove_stray_binaries(state, &j.shims);
+        result
+    }
+
+    async fn recover_journal(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        j: &Journal,
+    ) -> anyhow::Result<()> {
+        let action = machine::recovery_for(j.phase, self.health.proves());
+        tracing::warn!(txn = %j.id, phase = ?j.phase, ?action, "recovering an unfinished transaction");
+        match action {
+            Recovery::Discard | Recovery::Close => self.close(store, state, j)?,
+            Recovery::RollBackFiles => {
+                restore_backups(self.root, j)?;
+                self.close(store, state, j)?;
+            }
+            Recovery::RollBackAndRestart => {
+                self.roll_back(
+                    store,
+                    state,
+                    j.reason.clone().unwrap_or_else(|| "interrupted".into()),
+                )
+                .await?;
+            }
+            Recovery::RollForward(phase) => {
+                let mut report = Report::default();
+                if phase == Phase::Applied {
+                    if let Err(e) = self.restarter.restart(&self.profile.unit).await {
+                        return self.fail(store, state, e).await;
+                    }
+                    self.event(store, state, Event::Restarted)?;
+                }
+                if matches!(phase, Phase::Applied | Phase::Restarted) {
+                    if let Err(e) = self.verify_journal(j).await {
+                        return self.fail(store, state, e).await;
+                    }
+                    self.event(store, state, Event::Verified)?;
+                }
+                self.commit(store, state, &mut report)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove `<shims>/<name>/<digest>/` directories that no installed record points at.
+    fn remove_stray_binaries(&self, state: &NodeState, names: &[String]) {
+        for name in names {
+            let Ok(dir) = self.root.resolve(Path::new(artifact::SHIMS_DIR).join(name)) else {
+                continue;
+            };
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let keep = state.shims.get(name).map(|r| r.artifact_sha256.clone());
+            for e in entries.flatten() {
+                if Some(e.file_name().to_string_lossy().into_owned()) != keep {
+                    tracing::info!(path = %e.path().display(), "removing a binary no installed shim uses");
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
+
+    /// A step failed: journal it, roll back, and return the error.
+    pub(super) async fn fail(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        reason: String,
+    ) -> anyhow::Result<()> {
+        tracing::error!(%reason, "transaction failed; rolling back");
+        self.event(
+            store,
+            state,
+            Event::Failed {
+                reason: reason.clone(),
+            },
+        )?;
+        self.roll_back(store, state, reason.clone()).await?;
+        bail!("{reason}; rolled back: containerd runs the previous configuration")
+    }
+
+    async fn roll_back(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        reason: String,
+    ) -> anyhow::Result<()> {
+        let Some(j) = state.journal.clone() else {
+            return Ok(());
+        };
+        restore_backups(self.root, &j)?;
+        failpoint("txn::restored");
+        // containerd must come back with the handlers it had before.
+        let before: Vec<String> = state.shims.values().map(|s| s.handler.clone()).collect();
+        let new: Vec<String> = j
+            .pending
+            .iter()
+            .filter(|p| !state.shims.contains_key(&p.name))
+            .map(|p| p.handler.clone())
+            .collect();
+        let outcome = match self.restarter.restart(&self.profile.unit).await {
+            Ok(()) => self.health.verify(&before, &new).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => {
+                self.event(store, state, Event::RolledBack)?;
+                // New binaries of the failed transaction go, and so do artifacts no
+                // installed shim uses (nothing else would ever collect them).
+                let artifacts = Store::open(store.dir().join("store"))?;
+                for p in &j.pending {
+                    if state.shims.get(&p.name).map(|s| &s.binary) != Some(&p.binary) {
+                        let _ = remove_binary(self.root, p);
+                    }
+                    if let Err(e) = gc_artifact(&artifacts, state, &p.artifact_sha256) {
+                        tracing::warn!(digest = %p.artifact_sha256, error = %format!("{e:#}"), "cannot drop an unused artifact");
+                    }
+                }
+                self.close(store, state, &j)?;
+                Ok(())
+            }
+            Err(e) => {
+                self.event(store, state, Event::RollbackFailed { reason: e.clone() })?;
+                bail!(
+                    "{reason}; the rollback failed too ({e}): containerd is not healthy, the journal stays open at Broken"
+                )
+            }
+        }
+    }
+}
