@@ -1,9 +1,22 @@
-//! Distro profiles: where containerd's config lives, which drop-in directory the distro
-//! wants, and which systemd unit runs containerd (docs/design.md §4).
+//! Distro profiles: where containerd's config lives, how the distro wants it changed, and
+//! which systemd unit runs containerd (docs/design.md §4).
 //!
-//! Detection is a pure function of which marker paths exist under the root, so it is tested
-//! without a host; every field can be overridden in the agent's settings.
+//! Each distro is changed the way it documents:
+//! - plain containerd: `/etc/containerd/config.toml`, in place or as a drop-in;
+//! - k3s and rke2 render containerd's config from a Go template at every start: the agent
+//!   writes the template (`config.toml.tmpl`, `config-v3.toml.tmpl` for their containerd 2.x
+//!   releases), starting from `{{ template "base" . }}`, and restarts the distro's unit;
+//! - microk8s renders `args/containerd.toml` from `args/containerd-template.toml` with sed: the
+//!   agent edits the template, keeping its `${…}` placeholders;
+//! - k0s: drop-ins in `/etc/k0s/containerd.d/`;
+//! - Talos, Bottlerocket and Flatcar's read-only default are refused as unsupported before
+//!   anything is written.
+//!
+//! Detection is a pure function of which marker paths exist under the root (and what
+//! `/etc/os-release` says), so it is tested without a host; every field can be overridden in
+//! the agent's settings.
 
+use crate::containerd::Layout;
 use crate::hostroot::HostRoot;
 use crate::settings::ContainerdSettings;
 
@@ -20,6 +33,21 @@ pub struct Profile {
     pub unit: String,
     /// containerd's gRPC socket (host path).
     pub socket: String,
+    /// How the config is changed.
+    pub form: Form,
+}
+
+/// How a distro wants containerd's config changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Form {
+    /// Edit `config` (in place, or a drop-in in `dropin_dir`).
+    File,
+    /// `config` is rendered from a Go template beside it at every start (k3s, rke2): write the
+    /// template. `base`: start a new template from `{{ template "base" . }}` (k3s/rke2 since
+    /// their September 2023 releases) rather than from a copy of the rendered file.
+    GoTemplate { base: bool },
+    /// Not supported: why, and what to do instead.
+    Unsupported(String),
 }
 
 /// Marker paths that identify a distro, checked in order.
@@ -34,8 +62,27 @@ const MARKERS: &[(&str, &str)] = &[
         "/usr/local/lib/systemd/system/rke2-agent.service",
         "rke2-agent",
     ),
+    ("/usr/lib/systemd/system/rke2-agent.service", "rke2-agent"),
+    ("/etc/systemd/system/rke2-server.service", "rke2-server"),
+    (
+        "/usr/local/lib/systemd/system/rke2-server.service",
+        "rke2-server",
+    ),
+    ("/usr/lib/systemd/system/rke2-server.service", "rke2-server"),
     ("/etc/systemd/system/k3s-agent.service", "k3s-agent"),
     ("/etc/systemd/system/k3s.service", "k3s"),
+];
+
+/// `/etc/os-release` IDs of systems whose containerd config the agent must not touch.
+const UNSUPPORTED_OS: &[(&str, &str)] = &[
+    (
+        "talos",
+        "Talos: the root is read-only and containerd's CRI config is merged from the machine config; add the runtime with a machine config patch (/etc/cri/conf.d)",
+    ),
+    (
+        "bottlerocket",
+        "Bottlerocket: containerd's config is rendered from the API settings; use its settings API or a bootstrap container",
+    ),
 ];
 
 /// The built-in defaults of a named profile.
@@ -46,6 +93,11 @@ pub fn builtin(name: &str) -> Profile {
         dropin_dir: dropin.map(str::to_string),
         unit: unit.to_string(),
         socket: socket.to_string(),
+        form: if config.starts_with("/var/lib/rancher/") {
+            Form::GoTemplate { base: true }
+        } else {
+            Form::File
+        },
     };
     const K3S_CONFIG: &str = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml";
     const K3S_SOCK: &str = "/run/k3s/containerd/containerd.sock";
@@ -95,14 +147,59 @@ pub fn detect_name(exists: impl Fn(&str) -> bool) -> &'static str {
         .unwrap_or("containerd")
 }
 
+/// Why this system is not supported, from `/etc/os-release` and the config file's place:
+/// Talos, Bottlerocket, or a containerd that reads a config under read-only `/usr` only.
+pub fn unsupported(os_release: &str, exists: impl Fn(&str) -> bool) -> Option<String> {
+    let id = os_release
+        .lines()
+        .filter_map(|l| l.strip_prefix("ID="))
+        .map(|v| v.trim().trim_matches('"').to_ascii_lowercase())
+        .next()
+        .unwrap_or_default();
+    if let Some((_, why)) = UNSUPPORTED_OS.iter().find(|(os, _)| *os == id) {
+        return Some((*why).to_string());
+    }
+    if !exists("/etc/containerd/config.toml") && exists("/usr/share/containerd/config.toml") {
+        return Some(
+            "containerd reads /usr/share/containerd/config.toml, under read-only /usr (Flatcar): \
+             copy it to /etc/containerd/config.toml and point containerd.service at that file \
+             (`containerd --config`), then run the agent again"
+                .to_string(),
+        );
+    }
+    None
+}
+
 /// The effective profile: detected (or named in settings), then settings override fields.
 pub fn resolve(root: &HostRoot, settings: &ContainerdSettings) -> Profile {
+    let exists = |p: &str| root.resolve(p).map(|l| l.exists()).unwrap_or(false);
     let name = if settings.profile == "auto" {
-        detect_name(|p| root.resolve(p).map(|l| l.exists()).unwrap_or(false)).to_string()
+        detect_name(exists).to_string()
     } else {
         settings.profile.clone()
     };
     let mut profile = builtin(&name);
+    if settings.profile == "auto" && name == "containerd" {
+        let os_release = root
+            .resolve("/etc/os-release")
+            .ok()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        if let Some(why) = unsupported(&os_release, exists) {
+            profile.form = Form::Unsupported(why);
+        }
+    }
+    // k0s as controller and worker in one (`k0s install controller --enable-worker`) runs
+    // containerd under k0scontroller.service.
+    if name == "k0s"
+        && !exists("/etc/systemd/system/k0sworker.service")
+        && exists("/etc/systemd/system/k0scontroller.service")
+    {
+        profile.unit = "k0scontroller.service".into();
+    }
+    if let Form::GoTemplate { base } = &mut profile.form {
+        *base = settings.template_base;
+    }
     if !settings.config.is_empty() {
         profile.config = settings.config.clone();
     }
@@ -116,6 +213,26 @@ pub fn resolve(root: &HostRoot, settings: &ContainerdSettings) -> Profile {
         profile.socket = settings.socket.clone();
     }
     profile
+}
+
+impl Profile {
+    /// What the config engine reads and writes for this profile.
+    pub fn layout(&self) -> Layout {
+        match &self.form {
+            Form::File => Layout::Files {
+                config: self.config.clone().into(),
+                dropin_dir: self.dropin_dir.as_ref().map(Into::into),
+            },
+            Form::GoTemplate { base } => Layout::GoTemplate {
+                rendered: self.config.clone().into(),
+                base: *base,
+            },
+            Form::Unsupported(why) => Layout::Unsupported {
+                profile: self.name.clone(),
+                why: why.clone(),
+            },
+        }
+    }
 }
 
 #[cfg(test)]
@@ -165,5 +282,119 @@ mod tests {
         );
         s.profile = "containerd".into();
         assert_eq!(resolve(&root, &s).name, "containerd");
+    }
+
+    #[test]
+    fn every_distro_is_detected_with_its_form_unit_and_socket() {
+        let cases = [
+            ("/etc/systemd/system/k3s.service", "k3s", "k3s.service"),
+            (
+                "/etc/systemd/system/k3s-agent.service",
+                "k3s-agent",
+                "k3s-agent.service",
+            ),
+            (
+                "/usr/lib/systemd/system/rke2-server.service",
+                "rke2-server",
+                "rke2-server.service",
+            ),
+            (
+                "/usr/local/lib/systemd/system/rke2-agent.service",
+                "rke2-agent",
+                "rke2-agent.service",
+            ),
+        ];
+        for (marker, name, unit) in cases {
+            assert_eq!(detect_name(|p| p == marker), name);
+            let p = builtin(name);
+            assert_eq!(p.unit, unit);
+            assert_eq!(p.socket, "/run/k3s/containerd/containerd.sock");
+            assert_eq!(p.form, Form::GoTemplate { base: true }, "{name}");
+        }
+        let m = builtin("microk8s");
+        assert_eq!(
+            m.form,
+            Form::File,
+            "microk8s's template is edited as a file"
+        );
+        assert!(m.config.ends_with("args/containerd-template.toml"));
+        assert_eq!(m.unit, "snap.microk8s.daemon-containerd.service");
+        assert_eq!(builtin("k0s").form, Form::File);
+    }
+
+    fn root_with(files: &[(&str, &str)]) -> (tempfile::TempDir, HostRoot) {
+        let d = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = d.path().join(path.trim_start_matches('/'));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let root = HostRoot::new(d.path()).unwrap();
+        (d, root)
+    }
+
+    #[test]
+    fn k0s_as_controller_and_worker_restarts_the_controller_unit() {
+        let (_d, root) = root_with(&[
+            ("/etc/k0s/containerd.toml", ""),
+            ("/etc/systemd/system/k0scontroller.service", ""),
+        ]);
+        let p = resolve(&root, &ContainerdSettings::default());
+        assert_eq!(
+            (p.name.as_str(), p.unit.as_str()),
+            ("k0s", "k0scontroller.service")
+        );
+        let (_d, root) = root_with(&[
+            ("/etc/k0s/containerd.toml", ""),
+            ("/etc/systemd/system/k0sworker.service", ""),
+        ]);
+        assert_eq!(
+            resolve(&root, &ContainerdSettings::default()).unit,
+            "k0sworker.service"
+        );
+    }
+
+    #[test]
+    fn talos_bottlerocket_and_flatcars_read_only_default_are_unsupported() {
+        for (os, word) in [
+            ("ID=talos\n", "Talos"),
+            ("NAME=x\nID=\"bottlerocket\"\n", "Bottlerocket"),
+        ] {
+            let (_d, root) = root_with(&[("/etc/os-release", os)]);
+            let p = resolve(&root, &ContainerdSettings::default());
+            match p.form {
+                Form::Unsupported(why) => assert!(why.contains(word), "{why}"),
+                other => panic!("{os}: {other:?}"),
+            }
+        }
+        let (_d, root) = root_with(&[
+            ("/etc/os-release", "ID=flatcar\n"),
+            ("/usr/share/containerd/config.toml", "version = 2\n"),
+        ]);
+        let Form::Unsupported(why) = resolve(&root, &ContainerdSettings::default()).form else {
+            panic!("flatcar without /etc/containerd/config.toml")
+        };
+        assert!(why.contains("/usr/share/containerd/config.toml"), "{why}");
+        // Flatcar with its config moved to /etc, as its docs describe, is plain containerd
+        let (_d, root) = root_with(&[
+            ("/etc/os-release", "ID=flatcar\n"),
+            ("/usr/share/containerd/config.toml", "version = 2\n"),
+            ("/etc/containerd/config.toml", "version = 2\n"),
+        ]);
+        assert_eq!(
+            resolve(&root, &ContainerdSettings::default()).form,
+            Form::File
+        );
+    }
+
+    #[test]
+    fn the_template_base_setting_reaches_the_k3s_form() {
+        let (_d, root) = root_with(&[("/etc/systemd/system/k3s.service", "")]);
+        let mut s = ContainerdSettings::default();
+        assert_eq!(resolve(&root, &s).form, Form::GoTemplate { base: true });
+        s.template_base = false;
+        assert_eq!(resolve(&root, &s).form, Form::GoTemplate { base: false });
+        s.profile = "containerd".into();
+        assert_eq!(resolve(&root, &s).form, Form::File);
     }
 }

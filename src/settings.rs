@@ -39,7 +39,8 @@ pub struct NodeSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ContainerdSettings {
-    /// Distro profile: `auto` (detect), `containerd`, `k3s`, `k3s-agent`, `rke2-agent`, `k0s`, `microk8s`.
+    /// Distro profile: `auto` (detect), `containerd`, `k3s`, `k3s-agent`, `rke2-server`,
+    /// `rke2-agent`, `k0s`, `microk8s`.
     pub profile: String,
     /// containerd's main config file; empty = the profile's.
     pub config: String,
@@ -53,6 +54,9 @@ pub struct ContainerdSettings {
     pub restart_timeout_secs: u64,
     /// How long containerd may take to report the handler through CRI after a restart.
     pub verify_timeout_secs: u64,
+    /// k3s and rke2: start a new config template from `{{ template "base" . }}` (their
+    /// releases since September 2023); `false` starts it from a copy of the rendered config.
+    pub template_base: bool,
 }
 
 impl Default for ContainerdSettings {
@@ -65,6 +69,7 @@ impl Default for ContainerdSettings {
             socket: "/run/containerd/containerd.sock".into(),
             restart_timeout_secs: 90,
             verify_timeout_secs: 30,
+            template_base: true,
         }
     }
 }

@@ -132,6 +132,19 @@ pub enum ConfigError {
         source: std::io::Error,
     },
 
+    /// The distribution has not rendered containerd's config yet, so its version (and the
+    /// handlers it defines) are unknown.
+    #[error(
+        "{path}: not rendered yet; {by} writes it from its template when it starts: start {by} \
+         once, then install the shim"
+    )]
+    NotRendered { path: PathBuf, by: String },
+
+    /// This system's containerd config is not the agent's to change (Talos, Bottlerocket,
+    /// Flatcar's read-only default).
+    #[error("unsupported system ({profile}): {why}; nothing was changed")]
+    UnsupportedSystem { profile: String, why: String },
+
     /// A file changed on disk between planning and applying.
     #[error(
         "{path}: changed on disk since the change was planned; nothing was written, plan again"
@@ -161,6 +174,8 @@ impl ConfigError {
             ConfigError::MissingImport { .. } => "MissingImport",
             ConfigError::Io { .. } => "IoError",
             ConfigError::StaleFile { .. } => "StaleFile",
+            ConfigError::NotRendered { .. } => "NotRendered",
+            ConfigError::UnsupportedSystem { .. } => "UnsupportedSystem",
         }
     }
 }

@@ -18,7 +18,10 @@ fn io_err(path: &Path, action: &str, source: io::Error) -> ConfigError {
 }
 
 /// Read a host file; `Ok(None)` when it does not exist.
-fn read_optional(root: &HostRoot, host_path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
+pub(super) fn read_optional(
+    root: &HostRoot,
+    host_path: &Path,
+) -> Result<Option<Vec<u8>>, ConfigError> {
     let local = root
         .resolve(host_path)
         .map_err(|e| io_err(host_path, "cannot resolve the path", e))?;

@@ -61,13 +61,16 @@ mod edit;
 mod error;
 mod inspect;
 mod io;
+mod layout;
 mod plan;
 mod schema;
 mod spec;
+pub mod template;
 
 pub use error::ConfigError;
 pub use inspect::{HandlerForm, HandlerInfo, Inspection, inspect};
 pub use io::{apply, load};
+pub use layout::{Current, Layout};
 pub use plan::{
     AddOptions, ConfigFile, ConfigSet, DropinPolicy, FileChange, Plan, dropin_file_name, plan_add,
     plan_remove,

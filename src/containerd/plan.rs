@@ -100,7 +100,7 @@ pub(crate) fn analyze_dropin(file: &ConfigFile, main: Version) -> Result<Analyze
 fn analyze_common(file: &ConfigFile, default: Option<Version>) -> Result<Analyzed, ConfigError> {
     let path = &file.host_path;
     let lossy = String::from_utf8_lossy(&file.bytes);
-    if let Some(marker) = schema::template_marker(&lossy) {
+    if let Some(marker) = schema::template_marker(path, &lossy) {
         return Err(ConfigError::TemplateFile {
             path: path.clone(),
             marker: marker.to_string(),

@@ -46,7 +46,7 @@ pub fn runtimes_path_display(version: Version) -> String {
 }
 
 /// Refuse templates before parsing. Returns the marker found.
-pub fn template_marker(text: &str) -> Option<&'static str> {
+pub fn template_marker(path: &Path, text: &str) -> Option<&'static str> {
     let first = text.lines().next().unwrap_or("").trim();
     if first == "+++" || text.lines().any(|l| l.trim() == "+++") {
         return Some("Handlebars front matter `+++`");
@@ -57,10 +57,17 @@ pub fn template_marker(text: &str) -> Option<&'static str> {
     if text.contains("{%") || text.contains("{#") {
         return Some("Jinja `{%`");
     }
-    if has_shell_expansion(text) {
+    if has_shell_expansion(text) && !is_microk8s_template(path) {
         return Some("shell expansion `${VAR}`");
     }
     None
+}
+
+/// microk8s's `args/containerd-template.toml`: the snap renders it with sed, replacing
+/// `${VAR}` placeholders that stand inside TOML strings, so it is a valid config and is edited
+/// in place like one (the placeholders are kept as they are; the agent never writes one).
+pub fn is_microk8s_template(path: &Path) -> bool {
+    path.ends_with("args/containerd-template.toml")
 }
 
 /// `${NAME` followed by `}` or `:`: a shell/sed placeholder (microk8s, heredocs).

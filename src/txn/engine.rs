@@ -37,7 +37,7 @@ use super::record::{merge_config_records, now_secs, runtime_spec, sha256_hex};
 use crate::api::Shim;
 use crate::artifact::configure::{fetch_spec, fetcher, spec_location};
 use crate::artifact::{self, Platform, Store};
-use crate::containerd::{self, AddOptions, ConfigSet, DropinPolicy, Plan, RuntimeSpec};
+use crate::containerd::{self, AddOptions, Current, DropinPolicy, Plan, RuntimeSpec};
 use crate::hostroot::HostRoot;
 use crate::profile::Profile;
 use crate::settings::Settings;
@@ -96,12 +96,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(self.root.resolve(&self.settings.paths.state_dir)?)
     }
 
-    fn load_set(&self) -> anyhow::Result<ConfigSet> {
-        Ok(containerd::load(
-            self.root,
-            Path::new(&self.profile.config),
-            self.profile.dropin_dir.as_deref().map(Path::new),
-        )?)
+    /// The node's containerd config as it is now, through the profile's layout.
+    fn load_config(&self) -> anyhow::Result<Current> {
+        Ok(self.profile.layout().load(self.root)?)
     }
 
     fn dropin_policy(&self) -> DropinPolicy {
@@ -188,11 +185,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let t0 = Instant::now();
         let mut installs = Vec::new();
         let mut removes = Vec::new();
-        let set = self.load_set()?;
+        let current = self.load_config()?;
         // the handlers the config defines, parsed once for all the changes
-        let defined: std::collections::BTreeSet<String> = containerd::inspect(&set)
-            .map(|i| i.handlers.into_iter().map(|h| h.name).collect())
-            .unwrap_or_default();
+        let defined = current.handlers().unwrap_or_default();
         for c in changes {
             let (shim, origin) = match c {
                 Change::Install(s) => (s, self.origin),
@@ -243,7 +238,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         report.phases.push((Phase::Fetched, t0.elapsed()));
 
         // Plan every config change on one evolving view of the files.
-        let plan = match self.plan_all(set, &prepared, &removes) {
+        let plan = match self.plan_all(current, &prepared, &removes) {
             Ok(p) => p,
             Err(e) => {
                 undo.run();
@@ -418,14 +413,14 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
 
     fn plan_all(
         &self,
-        mut set: ConfigSet,
+        mut current: Current,
         prepared: &[Prepared],
         removes: &[InstalledShim],
     ) -> anyhow::Result<Plan> {
         let mut steps: Vec<Plan> = Vec::new();
         for r in removes {
-            let p = containerd::plan_remove(&set, &r.handler)?;
-            batch::update_set(&mut set, &p);
+            let p = current.plan_remove(&r.handler)?;
+            current.update(&p);
             steps.push(p);
         }
         for p in prepared {
@@ -433,8 +428,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 replace: p.previous.is_some(),
                 dropin: self.dropin_policy(),
             };
-            let plan = containerd::plan_add(&set, &p.runtime, &opts)?;
-            batch::update_set(&mut set, &plan);
+            let plan = current.plan_add(&p.runtime, &opts)?;
+            current.update(&plan);
             steps.push(plan);
         }
         Ok(batch::combine(steps))

@@ -1,0 +1,141 @@
+//! Where a node's containerd config is changed, whatever the distro: the files containerd
+//! reads (main file and drop-ins), or the template a distro renders them from. One interface
+//! for the transaction engine: the handlers defined, a plan to add or remove one, and the
+//! view moved on by a plan (several changes of one transaction are planned in sequence).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::error::ConfigError;
+use super::io::read_optional;
+use super::plan::{AddOptions, ConfigFile, ConfigSet, Plan, plan_add, plan_remove};
+use super::spec::RuntimeSpec;
+use super::template::{self, TemplateSet};
+use crate::hostroot::HostRoot;
+
+/// How a node's containerd config is changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// containerd reads `config` and the drop-ins it imports (plus `dropin_dir`'s).
+    Files {
+        config: PathBuf,
+        dropin_dir: Option<PathBuf>,
+    },
+    /// `rendered` is written by the distro from a Go template beside it (k3s, rke2).
+    GoTemplate { rendered: PathBuf, base: bool },
+    /// Not the agent's to change.
+    Unsupported { profile: String, why: String },
+}
+
+/// A layout's files as they are now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Current {
+    Files(ConfigSet),
+    GoTemplate(TemplateSet),
+}
+
+impl Layout {
+    /// Read the files (nothing is written).
+    pub fn load(&self, root: &HostRoot) -> Result<Current, ConfigError> {
+        match self {
+            Layout::Files { config, dropin_dir } => Ok(Current::Files(super::io::load(
+                root,
+                config,
+                dropin_dir.as_deref(),
+            )?)),
+            Layout::GoTemplate { rendered, base } => {
+                let by = distro_of(rendered);
+                let bytes =
+                    read_optional(root, rendered)?.ok_or_else(|| ConfigError::NotRendered {
+                        path: rendered.clone(),
+                        by: by.clone(),
+                    })?;
+                let rendered = ConfigFile {
+                    host_path: rendered.clone(),
+                    bytes,
+                };
+                let version = template::rendered_version(&rendered)?;
+                let exists = |p: &Path| root.resolve(p).map(|l| l.exists()).unwrap_or(false);
+                let path = template::template_path(&rendered.host_path, version, exists);
+                let current = read_optional(root, &path)?;
+                Ok(Current::GoTemplate(TemplateSet {
+                    rendered,
+                    template: (path, current),
+                    base: *base,
+                    by,
+                }))
+            }
+            Layout::Unsupported { profile, why } => Err(ConfigError::UnsupportedSystem {
+                profile: profile.clone(),
+                why: why.clone(),
+            }),
+        }
+    }
+}
+
+/// `k3s` or `rke2`, from `/var/lib/rancher/<distro>/…`.
+fn distro_of(rendered: &Path) -> String {
+    rendered
+        .strip_prefix("/var/lib/rancher")
+        .ok()
+        .and_then(|p| p.iter().next())
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "the distribution".into())
+}
+
+impl Current {
+    /// Handlers containerd serves (or will, once a template is rendered).
+    pub fn handlers(&self) -> Result<BTreeSet<String>, ConfigError> {
+        match self {
+            Current::Files(set) => Ok(super::inspect(set)?
+                .handlers
+                .into_iter()
+                .map(|h| h.name)
+                .collect()),
+            Current::GoTemplate(t) => t.handlers(),
+        }
+    }
+
+    /// Plan registering `spec`.
+    pub fn plan_add(&self, spec: &RuntimeSpec, opts: &AddOptions) -> Result<Plan, ConfigError> {
+        match self {
+            Current::Files(set) => plan_add(set, spec, opts),
+            Current::GoTemplate(t) => t.plan_add(spec, opts.replace),
+        }
+    }
+
+    /// Plan unregistering `handler`.
+    pub fn plan_remove(&self, handler: &str) -> Result<Plan, ConfigError> {
+        match self {
+            Current::Files(set) => plan_remove(set, handler),
+            Current::GoTemplate(t) => t.plan_remove(handler),
+        }
+    }
+
+    /// Reflect a plan's results in this view.
+    pub fn update(&mut self, plan: &Plan) {
+        match self {
+            Current::Files(set) => update_set(set, plan),
+            Current::GoTemplate(t) => t.update(plan),
+        }
+    }
+}
+
+/// Reflect a plan's results in the in-memory view of the files.
+fn update_set(set: &mut ConfigSet, plan: &Plan) {
+    for c in &plan.changes {
+        if c.host_path == set.main.host_path {
+            if let Some(after) = &c.after {
+                set.main.bytes = after.clone();
+            }
+            continue;
+        }
+        set.dropins.retain(|d| d.host_path != c.host_path);
+        if let Some(after) = &c.after {
+            set.dropins.push(ConfigFile {
+                host_path: c.host_path.clone(),
+                bytes: after.clone(),
+            });
+        }
+    }
+}

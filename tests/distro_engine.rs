@@ -1,0 +1,190 @@
+//! The transaction engine on distro profiles: k3s (a Go template it renders at start) and
+//! microk8s (a sed template), through `txn::Node` with a scripted distro.
+//!
+//! The scripted k3s is honest about what it models: its restart renders `config.toml` from
+//! `config.toml.tmpl` (the base template standing for the file it rendered at install) and
+//! fails when the result is not valid TOML, as k3s's containerd would; its CRI serves the
+//! handlers of the rendered file. No k3s binary can be had here (not in Debian, nor any
+//! package registry this machine reaches), so a real k3s run is not part of the suite; the
+//! rendered results are read by real containerd builds in tests/distro_templates.rs.
+
+mod support;
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
+use shim_agent::containerd::template::BASE_LINE;
+use shim_agent::hostroot::HostRoot;
+use shim_agent::profile;
+use shim_agent::state::Origin;
+use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
+use support::live::{World, block, shim, world};
+
+const DIR: &str = "/var/lib/rancher/k3s/agent/etc/containerd";
+
+struct FakeK3s {
+    root: HostRoot,
+    /// What k3s renders from its own base template.
+    base: Vec<u8>,
+    serving: RefCell<BTreeSet<String>>,
+    restarts: RefCell<Vec<String>>,
+    /// Restart numbers (1-based) that fail.
+    fail_restarts: Vec<usize>,
+}
+
+impl FakeK3s {
+    fn new(w: &World) -> FakeK3s {
+        let base = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/containerd-configs/k3s-v1.29-config-v2-rendered.toml"),
+        )
+        .unwrap();
+        let dir = w.root.resolve(DIR).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), &base).unwrap();
+        let f = FakeK3s {
+            root: w.root.clone(),
+            base,
+            serving: RefCell::default(),
+            restarts: RefCell::default(),
+            fail_restarts: vec![],
+        };
+        f.serving.replace(handlers(&f.rendered()).unwrap());
+        f
+    }
+
+    fn rendered(&self) -> Vec<u8> {
+        std::fs::read(self.root.resolve(format!("{DIR}/config.toml")).unwrap()).unwrap()
+    }
+
+    fn template(&self) -> Option<Vec<u8>> {
+        std::fs::read(
+            self.root
+                .resolve(format!("{DIR}/config.toml.tmpl"))
+                .unwrap(),
+        )
+        .ok()
+    }
+}
+
+/// The CRI handlers of a rendered config (`Err` when containerd could not read it).
+fn handlers(rendered: &[u8]) -> Result<BTreeSet<String>, String> {
+    let doc: toml_edit::DocumentMut = String::from_utf8_lossy(rendered)
+        .parse()
+        .map_err(|e| format!("containerd cannot read its config: {e}"))?;
+    let rt = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+        .as_table_like()
+        .ok_or("no runtimes")?;
+    Ok(rt.iter().map(|(k, _)| k.to_string()).collect())
+}
+
+impl Restarter for &FakeK3s {
+    async fn restart(&self, unit: &str) -> Result<(), String> {
+        self.restarts.borrow_mut().push(unit.to_string());
+        if self.fail_restarts.contains(&self.restarts.borrow().len()) {
+            return Err(format!("unit {unit}: job result 'failed'"));
+        }
+        let rendered = match self.template() {
+            Some(t) => String::from_utf8_lossy(&t)
+                .replace(BASE_LINE, &String::from_utf8_lossy(&self.base))
+                .into_bytes(),
+            None => self.base.clone(),
+        };
+        std::fs::write(
+            self.root.resolve(format!("{DIR}/config.toml")).unwrap(),
+            &rendered,
+        )
+        .unwrap();
+        self.serving.replace(handlers(&rendered)?);
+        Ok(())
+    }
+}
+
+impl HealthCheck for &FakeK3s {
+    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+        let s = self.serving.borrow();
+        match (
+            present.iter().find(|h| !s.contains(*h)),
+            absent.iter().find(|h| s.contains(*h)),
+        ) {
+            (None, None) => Ok(()),
+            (missing, still) => Err(format!("missing {missing:?}, still served {still:?}")),
+        }
+    }
+}
+
+fn k3s_node<'a>(w: &'a World, f: &'a FakeK3s) -> Node<'a, &'a FakeK3s, &'a FakeK3s> {
+    Node {
+        root: &w.root,
+        settings: &w.settings,
+        profile: profile::builtin("k3s"),
+        platform: shim_agent::artifact::node_platform(),
+        origin: Origin::Static,
+        restarter: f,
+        health: f,
+    }
+}
+
+#[test]
+fn on_k3s_the_handler_goes_into_the_template_and_k3s_is_restarted() {
+    let w = world();
+    let f = FakeK3s::new(&w);
+    let report = block(k3s_node(&w, &f).apply(vec![shim(&w, "wasm-demo", "1")])).unwrap();
+    assert_eq!(report.installed, ["wasm-demo"]);
+    assert_eq!(*f.restarts.borrow(), ["k3s.service"]);
+    assert!(f.serving.borrow().contains("wasm-demo"));
+    let tmpl = String::from_utf8(f.template().expect("template written")).unwrap();
+    assert!(tmpl.contains(BASE_LINE), "{tmpl}");
+    // k3s's rendered file is only ever written by k3s: its base, then our block
+    let rendered = String::from_utf8(f.rendered()).unwrap();
+    let at = rendered
+        .find(&*String::from_utf8_lossy(&f.base))
+        .expect("the base is rendered whole");
+    assert!(rendered[at..].contains("# shim-agent: handler wasm-demo (begin)"));
+
+    // nothing changed: no restart
+    let report = block(k3s_node(&w, &f).apply(vec![shim(&w, "wasm-demo", "1")])).unwrap();
+    assert_eq!(report.unchanged, ["wasm-demo"]);
+    assert_eq!(f.restarts.borrow().len(), 1);
+
+    // uninstall: the template the agent created goes, k3s renders its base again
+    let report =
+        block(k3s_node(&w, &f).apply(vec![Change::Uninstall("wasm-demo".into())])).unwrap();
+    assert_eq!(report.removed, ["wasm-demo"]);
+    assert_eq!(f.template(), None);
+    assert_eq!(f.rendered(), f.base);
+    assert!(!f.serving.borrow().contains("wasm-demo"));
+}
+
+#[test]
+fn on_k3s_a_failed_restart_removes_the_template_again_and_restarts_k3s() {
+    let w = world();
+    let mut f = FakeK3s::new(&w);
+    f.fail_restarts = vec![1];
+    let e = format!(
+        "{:#}",
+        block(k3s_node(&w, &f).apply(vec![shim(&w, "wasm-demo", "1")])).unwrap_err()
+    );
+    assert!(e.contains("rolled back"), "{e}");
+    assert_eq!(f.template(), None, "the created template is gone");
+    assert_eq!(
+        f.restarts.borrow().len(),
+        2,
+        "the failed one and the rollback's"
+    );
+    assert_eq!(f.rendered(), f.base);
+}
+
+#[test]
+fn on_k3s_a_runtime_k3s_found_itself_is_left_alone() {
+    // the base k3s rendered already has `spin` (k3s found containerd-shim-spin-v2 on PATH)
+    let w = world();
+    let f = FakeK3s::new(&w);
+    let e = format!(
+        "{:#}",
+        block(k3s_node(&w, &f).apply(vec![shim(&w, "spin", "1")])).unwrap_err()
+    );
+    assert!(e.contains("spin") && e.contains("config.toml"), "{e}");
+    assert_eq!(f.template(), None);
+    assert!(f.restarts.borrow().is_empty(), "nothing to restart");
+}
