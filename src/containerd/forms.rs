@@ -389,6 +389,53 @@ mod tests {
     }
 
     #[test]
+    fn the_mark_is_read_where_each_form_keeps_it() {
+        let v2 = Version(2);
+        let doc = |s: &str| -> DocumentMut { s.parse().unwrap() };
+        let h = |n: &str| Mark::Handler(n.into());
+        let header = doc(
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\n\
+                          runtime_type = \"x\"\n",
+        );
+        assert_eq!(handler_mark(&header, v2, "spin"), Mark::None);
+        let dotted = doc("[plugins.\"io.containerd.grpc.v1.cri\"]\n\
+                          containerd.runtimes.runc.runtime_type = \"r\"\n\
+                          # shim-agent: handler spin\n\
+                          containerd.runtimes.spin.runtime_type = \"x\"\n");
+        assert_eq!(handler_mark(&dotted, v2, "spin"), h("spin"));
+        assert_eq!(handler_mark(&dotted, v2, "runc"), Mark::None);
+        let line = doc(
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]\n\
+                        runc = { runtime_type = \"r\" }\n\
+                        # shim-agent: handler spin\n\
+                        spin = { runtime_type = \"x\" }\n",
+        );
+        assert_eq!(handler_mark(&line, v2, "spin"), h("spin"));
+        assert_eq!(handler_mark(&line, v2, "runc"), Mark::None);
+        let inline = doc("[plugins.\"io.containerd.grpc.v1.cri\"]\n\
+                          # shim-agent: default runtime kept for handler spin\n\
+                          # shim-agent: handler spin\n\
+                          containerd = { runtimes = { runc = { runtime_type = \"r\" }, \
+                          spin = { runtime_type = \"x\" }, kata = { runtime_type = \"k\" } } }\n");
+        assert_eq!(handler_mark(&inline, v2, "spin"), h("spin"));
+        assert_eq!(handler_mark(&inline, v2, "runc"), Mark::Kept("spin".into()));
+        assert_eq!(handler_mark(&inline, v2, "kata"), Mark::None);
+        assert_eq!(
+            style(&inline, v2, Path::new("/c")).ok(),
+            Some(Style::Inline { line: 2 })
+        );
+        assert_eq!(style(&line, v2, Path::new("/c")).ok(), Some(Style::Line));
+        assert_eq!(
+            style(&dotted, v2, Path::new("/c")).ok(),
+            Some(Style::Dotted)
+        );
+        assert_eq!(
+            style(&header, v2, Path::new("/c")).ok(),
+            Some(Style::Header)
+        );
+    }
+
+    #[test]
     fn key_paths_are_quoted_where_toml_needs_it() {
         assert_eq!(
             display_keys(&["plugins", "io.containerd.grpc.v1.cri", "containerd"]),
