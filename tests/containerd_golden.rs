@@ -4,7 +4,8 @@
 //! (`load`, `plan_*`, `apply`) on a temporary host root. `UPDATE_GOLDEN=1` rewrites the
 //! expected files (review every one by eye: it must be what containerd needs).
 //!
-//! An `add` case is also removed again and must give back the input bytes exactly; an error
+//! An `add` case is also removed again and must give back the input bytes exactly; a
+//! `replace` case's handler must be removable (the rewrite marks it as the agent's); an error
 //! case must leave every file untouched.
 
 use std::collections::BTreeMap;
