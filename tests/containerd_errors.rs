@@ -186,11 +186,25 @@ const REFUSALS: &[(&str, &str, &str, &str, &str)] = &[
         "/etc/containerd/extra.toml",
     ),
     (
-        "inline runtimes",
+        "runtimes as an array of tables",
         MAIN,
-        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n",
+        "version = 2\n[[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]]\nruntime_type = \"io.containerd.runc.v2\"\n",
         "UnsupportedLayout",
-        "inline table",
+        "`plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes` is an array of tables",
+    ),
+    (
+        "containerd as a string",
+        MAIN,
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\ncontainerd = \"runc\"\n",
+        "UnsupportedLayout",
+        "`plugins.\"io.containerd.cri.v1.runtime\".containerd` is a string, not a table",
+    ),
+    (
+        "runtimes as an array inside an inline table",
+        MAIN,
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\ncontainerd = { runtimes = [] }\n",
+        "UnsupportedLayout",
+        "write `plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes` as a table",
     ),
 ];
 

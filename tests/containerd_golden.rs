@@ -4,7 +4,8 @@
 //! (`load`, `plan_*`, `apply`) on a temporary host root. `UPDATE_GOLDEN=1` rewrites the
 //! expected files (review every one by eye: it must be what containerd needs).
 //!
-//! An `add` case is also removed again and must give back the input bytes exactly; an error
+//! An `add` case is also removed again and must give back the input bytes exactly; a
+//! `replace` case's handler must be removable (the rewrite marks it as the agent's); an error
 //! case must leave every file untouched.
 
 use std::collections::BTreeMap;
@@ -165,6 +166,32 @@ fn run_case(dir: &Path) -> Result<(), String> {
     }
     if got_dropins != read_tree(&dir.join("expected-dropins")) {
         return Err(format!("drop-ins differ; got {:?}", got_dropins.keys()));
+    }
+    if case.action == "add" && case.replace {
+        // a replaced handler is the agent's: removal takes it out
+        let set = load(&root, main, extra).map_err(|e| e.to_string())?;
+        let plan = plan_remove(&set, &case.handler).map_err(|e| format!("after replace: {e}"))?;
+        let after = plan.changes.first().and_then(|c| c.after.clone());
+        let after = after.ok_or("after replace: removal planned nothing")?;
+        let text = String::from_utf8_lossy(&after);
+        let doc: toml_edit::DocumentMut = text.parse().map_err(|e| format!("{e}"))?;
+        let still = [
+            "cri",
+            "io.containerd.grpc.v1.cri",
+            "io.containerd.cri.v1.runtime",
+        ]
+        .iter()
+        .any(|id| {
+            doc.get("plugins")
+                .and_then(|p| p.get(id))
+                .and_then(|p| p.get("containerd"))
+                .and_then(|c| c.get("runtimes"))
+                .and_then(|r| r.get(&case.handler))
+                .is_some()
+        });
+        if still {
+            return Err(format!("after replace, removal left the handler:\n{text}"));
+        }
     }
     if case.action == "add" && changed_something && !case.no_round_trip {
         let set = load(&root, main, extra).map_err(|e| e.to_string())?;

@@ -11,6 +11,11 @@
 //! Likewise every editable version 3/4 corpus file with containerd 2.x builds (each reads the
 //! versions it supports: 2.2 up to 3, 2.3 up to 4): `SHIM_AGENT_CONTAINERD2_BINS=BIN:BIN cargo
 //! test --test containerd_real containerd_2x -- --ignored` (scripts/test does both).
+//!
+//! The same binaries also read every golden add output of `tests/fixtures/containerd/` (each
+//! form of each table on the path: header, dotted keys, inline tables, their mixes): every
+//! handler of the input unchanged, the new one with its runtime type, path, options and pod
+//! annotations (1.x: versions 1 and 2, e.g. containerd 1.7.34; 2.x: versions 2 and up).
 
 mod containerd_common;
 
@@ -53,11 +58,19 @@ fn dump(
     ))
 }
 
-/// Runtime options are decoded by the shim into a struct: a zero value (false, 0, "", [])
-/// is the same as no value. containerd's built-in runc lists its zero-valued options; the
-/// explicit runc the engine keeps leaves them unset.
+/// A handler as the CRI plugin uses it. Runtime options are decoded by the shim into a struct:
+/// a zero value (false, 0, "", []) is the same as no value. containerd's built-in runc lists
+/// its zero-valued options; the explicit runc the engine keeps leaves them unset. And an
+/// empty `sandbox_mode` (1.7) or `sandboxer` (2.x) is set to `podsandbox` when the plugin
+/// validates its config (`ValidatePluginConfig`), which `config dump` does not run: 1.7's
+/// built-in runc dumps `podsandbox`, an explicit runc without the key dumps "".
 fn zero_options_unset(handler: &Json) -> Json {
     let mut h = handler.clone();
+    for k in ["sandbox_mode", "sandboxer"] {
+        if let Some(v) = h.get_mut(k).filter(|v| v.as_str() == Some("")) {
+            *v = Json::from("podsandbox");
+        }
+    }
     if let Some(o) = h.get_mut("options").and_then(Json::as_object_mut) {
         o.retain(|_, v| {
             !(v == &Json::Bool(false)
@@ -242,4 +255,146 @@ fn containerd_2x_reads_every_edited_version_3_and_4_config() {
         "only {} file/binary pairs checked",
         checked.len()
     );
+}
+
+/// One golden add case of `tests/fixtures/containerd/` edited in place (no drop-ins): its
+/// name, input and expected bytes, and the handler it adds as containerd must dump it.
+struct GoldenAdd {
+    name: String,
+    input: Vec<u8>,
+    expected: Vec<u8>,
+    handler: String,
+    want: Json,
+}
+
+/// Every golden add case that writes the main file, so every form of every table on the path
+/// to the runtimes (header, dotted keys, inline tables, their mixes) and the runc kept for 1.x.
+fn golden_adds() -> Vec<GoldenAdd> {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/containerd");
+    let mut dirs: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(case) = std::fs::read(d.join("case.toml")) else {
+            continue;
+        };
+        let case = parse_json(&case);
+        let is_add = case["action"] == "add" && case.get("error").is_none();
+        if !is_add || d.join("dropins").exists() || d.join("expected-dropins").exists() {
+            continue;
+        }
+        let input = std::fs::read(d.join("input.toml")).unwrap();
+        let expected = std::fs::read(d.join("expected.toml")).unwrap();
+        if input == expected {
+            continue;
+        }
+        let mut want = serde_json::Map::new();
+        for k in ["runtime_type", "runtime_path", "options", "pod_annotations"] {
+            if let Some(v) = case.get(k) {
+                want.insert(k.into(), v.clone());
+            }
+        }
+        out.push(GoldenAdd {
+            name: d.file_name().unwrap().to_string_lossy().into_owned(),
+            input,
+            expected,
+            handler: case["handler"].as_str().unwrap().to_string(),
+            want: Json::Object(want),
+        });
+    }
+    assert!(out.len() >= 40, "only {} golden add cases", out.len());
+    out
+}
+
+/// containerd's view of the golden output: every handler of the input unchanged, and the new
+/// handler with the case's runtime type, path, options and pod annotations.
+fn check_golden_readback(
+    g: &GoldenAdd,
+    bin: &str,
+    before: &serde_json::Map<String, Json>,
+    after: &serde_json::Map<String, Json>,
+) {
+    let name = &g.name;
+    // (a `replace` case rewrites the handler itself)
+    for (h, v) in before.iter().filter(|(h, _)| **h != g.handler) {
+        assert_eq!(
+            after.get(h).map(zero_options_unset),
+            Some(zero_options_unset(v)),
+            "{name} ({bin}): handler {h} changed or vanished"
+        );
+    }
+    let new = after
+        .get(&g.handler)
+        .unwrap_or_else(|| panic!("{name} ({bin}): no handler {}: {after:?}", g.handler));
+    for (k, v) in g.want.as_object().into_iter().flatten() {
+        assert_eq!(new.get(k), Some(v), "{name} ({bin}): {k} of {}", g.handler);
+    }
+}
+
+#[test]
+#[ignore = "needs a containerd 1.x binary in SHIM_AGENT_CONTAINERD_BIN"]
+fn containerd_1x_reads_every_golden_output_of_version_1_and_2() {
+    let bin = std::env::var("SHIM_AGENT_CONTAINERD_BIN").expect("set SHIM_AGENT_CONTAINERD_BIN");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut checked = Vec::new();
+    for g in golden_adds() {
+        if version_of(&parse_json(&g.input)) > 2 {
+            continue;
+        }
+        let (default_before, before) = dump(&bin, tmp.path(), &g.input)
+            .unwrap_or_else(|e| panic!("{}: {bin} refuses the input: {e}", g.name));
+        let (default_after, after) = dump(&bin, tmp.path(), &g.expected)
+            .unwrap_or_else(|e| panic!("{}: {bin} refuses the output: {e}", g.name));
+        assert_eq!(default_before, default_after, "{}: default runtime", g.name);
+        check_golden_readback(&g, &bin, &before, &after);
+        let default = default_after.as_str().unwrap_or("runc");
+        assert!(
+            after.contains_key(default),
+            "{}: default runtime {default} missing: {after:?}",
+            g.name
+        );
+        checked.push(g.name);
+    }
+    eprintln!("checked with {bin}: {checked:#?}");
+    assert!(checked.len() >= 25, "only {} files checked", checked.len());
+}
+
+#[test]
+#[ignore = "needs containerd 2.x binaries in SHIM_AGENT_CONTAINERD2_BINS"]
+fn containerd_2x_reads_every_golden_output() {
+    let bins =
+        std::env::var("SHIM_AGENT_CONTAINERD2_BINS").expect("set SHIM_AGENT_CONTAINERD2_BINS");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut checked = Vec::new();
+    for bin in bins.split(':') {
+        // containerd 2.x ignores the `plugins.cri` section of a version 1 file, whatever its
+        // form ("Ignoring unknown key in TOML for plugin"): not its to read
+        for g in golden_adds()
+            .into_iter()
+            .filter(|g| version_of(&parse_json(&g.input)) >= 2)
+        {
+            // a version this binary refuses (2.2 and version 4) is not its to read
+            let Ok(before) = dump_2x(bin, tmp.path(), &g.input) else {
+                assert!(
+                    version_of(&parse_json(&g.input)) >= 4,
+                    "{}: {bin} refuses the input",
+                    g.name
+                );
+                continue;
+            };
+            let after = dump_2x(bin, tmp.path(), &g.expected)
+                .unwrap_or_else(|e| panic!("{}: {bin} refuses the output: {e}", g.name));
+            check_golden_readback(&g, bin, &before, &after);
+            checked.push(format!(
+                "{} ({})",
+                g.name,
+                bin.rsplit('/').next().unwrap_or(bin)
+            ));
+        }
+    }
+    eprintln!("checked: {checked:#?}");
+    assert!(checked.len() >= 40, "only {} checked", checked.len());
 }

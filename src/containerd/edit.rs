@@ -1,17 +1,22 @@
 //! Edits of the runtimes table of one document: find, insert, replace and remove handlers,
 //! and the `imports` array.
 //!
-//! New tables are plain `[header]` tables placed right after the existing
-//! runtime handlers (or the CRI plugin's tables), parents that do not exist are created
-//! *implicit* (no header is written for them, and none is ever added for an existing table), and
-//! every table the agent adds carries a marker comment in its header decor:
-//! `# shim-agent: handler <h>` or `# shim-agent: default runtime kept for handler <h>`.
+//! A handler is added in the form the file uses along the path to `runtimes` (see
+//! [`super::forms`]). In the header form (the default, and for a file with no runtimes yet)
+//! new tables are plain `[header]` tables placed right after the existing runtime handlers (or
+//! the CRI plugin's tables), parents that do not exist are created *implicit* (no header is
+//! written for them, and none is ever added for an existing table), and every table the agent
+//! adds carries a marker comment in its header decor: `# shim-agent: handler <h>` or
+//! `# shim-agent: default runtime kept for handler <h>`. Dotted keys and inline tables carry
+//! the same marker lines before their own lines ([`super::forms`], [`super::inline`]).
 
 use std::path::Path;
 
 use toml_edit::{DocumentMut, Item, Table};
 
 use super::error::ConfigError;
+use super::forms::{self, Style};
+use super::inline;
 use super::schema::{self, Version};
 
 /// Marker line prefix of a handler table added by the agent.
@@ -20,8 +25,10 @@ pub const HANDLER_MARK: &str = "# shim-agent: handler ";
 pub const KEPT_MARK: &str = "# shim-agent: default runtime kept for handler ";
 /// Marker line prefix of an `imports` key the agent created.
 pub const IMPORT_MARK: &str = "# shim-agent: imports added for drop-ins";
+/// The default runtime the agent makes explicit for containerd 1.x.
+pub const KEPT_RUNTIME: &str = "runc";
 
-/// Who added a table, read from its header decor.
+/// Who added a handler, read from its marker comment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mark {
     /// Not marked: user-defined.
@@ -32,25 +39,9 @@ pub enum Mark {
     Kept(String),
 }
 
-/// The marker of a table item (only header tables can carry one).
-pub fn mark_of(item: &Item) -> Mark {
-    let Some(prefix) = item
-        .as_table()
-        .and_then(|t| t.decor().prefix())
-        .and_then(|p| p.as_str())
-    else {
-        return Mark::None;
-    };
-    for line in prefix.lines() {
-        let line = line.trim();
-        if let Some(h) = line.strip_prefix(HANDLER_MARK) {
-            return Mark::Handler(h.trim().to_string());
-        }
-        if let Some(h) = line.strip_prefix(KEPT_MARK) {
-            return Mark::Kept(h.trim().to_string());
-        }
-    }
-    Mark::None
+/// Who added handler `name` of a document, whatever its form.
+pub fn handler_mark(doc: &DocumentMut, version: Version, name: &str) -> Mark {
+    forms::handler_mark(doc, version, name)
 }
 
 /// The `runtimes` table item of a document, if any.
@@ -95,7 +86,8 @@ fn max_position(t: &Table) -> Option<isize> {
     t.position().into_iter().chain(children).max()
 }
 
-/// The runtimes table for writing, creating missing parents as implicit tables.
+/// The runtimes table for writing in the header form, creating missing parents as implicit
+/// tables ([`forms::style`] has checked that every existing segment is a table).
 fn runtimes_table_mut<'a>(
     doc: &'a mut DocumentMut,
     version: Version,
@@ -110,19 +102,19 @@ fn runtimes_table_mut<'a>(
         }
         cur = match cur.get_mut(seg) {
             Some(Item::Table(t)) => t,
-            _ => {
-                return Err(ConfigError::UnsupportedLayout {
-                    path: path.to_path_buf(),
-                    detail: format!(
-                        "`{seg}` on the way to {} is an inline table or a value; rewrite it as \
-                         [table] headers so a handler can be added without rewriting it",
-                        schema::runtimes_path_display(version)
-                    ),
-                });
-            }
+            _ => return Err(unexpected_layout(path)),
         };
     }
     Ok(cur)
+}
+
+fn unexpected_layout(path: &Path) -> ConfigError {
+    ConfigError::UnsupportedLayout {
+        path: path.to_path_buf(),
+        detail: "the runtimes table could not be edited in the form it is written in \
+                 (unexpected layout); nothing was written, please report this file"
+            .into(),
+    }
 }
 
 /// A header table ready to insert, with its marker and position (options sub-table too).
@@ -138,7 +130,7 @@ fn marked_table(mut t: Table, marker: &str, pos: isize) -> Table {
 }
 
 /// Add (or replace in place) handler `name` with `table`, plus an explicit default runtime
-/// `(name, table)` when `kept` is given.
+/// `(name, table)` when `kept` is given, in the form the file uses ([`forms::style`]).
 pub fn insert_handler(
     doc: &mut DocumentMut,
     version: Version,
@@ -147,6 +139,21 @@ pub fn insert_handler(
     table: Table,
     kept: Option<(&str, Table)>,
 ) -> Result<(), ConfigError> {
+    let style = forms::style(doc, version, path)?;
+    let marker = format!("{HANDLER_MARK}{name}");
+    let existing = handler_item(doc, version, name);
+    let header_handler = matches!(existing, Some(Item::Table(t)) if !t.is_dotted());
+    if existing.is_some() && !header_handler {
+        return forms::replace(doc, version, name, table).ok_or_else(|| unexpected_layout(path));
+    }
+    if style != Style::Header && !header_handler {
+        let mut entries = Vec::new();
+        if let Some((kept_name, kept_table)) = kept {
+            entries.push((kept_name, kept_table, format!("{KEPT_MARK}{name}")));
+        }
+        entries.push((name, table, marker));
+        return forms::insert(doc, version, style, entries).ok_or_else(|| unexpected_layout(path));
+    }
     let pos = anchor_position(doc, version);
     let runtimes = runtimes_table_mut(doc, version, path)?;
     if let Some((kept_name, kept_table)) = kept {
@@ -156,16 +163,10 @@ pub fn insert_handler(
             Item::Table(marked_table(kept_table, &marker, pos)),
         );
     }
-    let marker = format!("{HANDLER_MARK}{name}");
     match runtimes.get(name) {
         // Replace a header table where it stands, keeping its comments.
-        Some(Item::Table(old)) if !old.is_dotted() => {
-            let old_prefix = old
-                .decor()
-                .prefix()
-                .and_then(|p| p.as_str())
-                .unwrap_or("\n")
-                .to_string();
+        Some(Item::Table(old)) => {
+            let old_prefix = forms::prefix_str(old.decor()).to_string();
             let old_pos = old.position().unwrap_or(pos);
             let mut t = marked_table(table, &marker, old_pos);
             if !old_prefix.contains(&marker) {
@@ -177,7 +178,6 @@ pub fn insert_handler(
             runtimes.insert(name, Item::Table(t));
         }
         _ => {
-            runtimes.remove(name);
             runtimes.insert(name, Item::Table(marked_table(table, &marker, pos)));
         }
     }
@@ -185,22 +185,34 @@ pub fn insert_handler(
 }
 
 /// Remove handler `name` (which the caller checked is marked) and, when no other handler is
-/// left, the default runtimes the agent kept; then prune the empty implicit parents.
-pub fn remove_handler(doc: &mut DocumentMut, version: Version, name: &str) {
-    let path = schema::runtimes_path(version);
+/// left, the default runtimes the agent kept; then prune the parents the agent created
+/// (implicit or dotted tables left empty; dotted inline tables in [`inline::remove`]).
+pub fn remove_handler(
+    doc: &mut DocumentMut,
+    version: Version,
+    path: &Path,
+    name: &str,
+) -> Result<(), ConfigError> {
+    let keys = schema::runtimes_path(version);
+    if let Some(line) = inline::first_inline(doc.as_table(), &keys) {
+        return inline::remove(doc.as_table_mut(), &keys, line, name)
+            .ok_or_else(|| unexpected_layout(path));
+    }
+    let kept: Vec<String> = handler_names(doc, version)
+        .into_iter()
+        .filter(|n| n != name && matches!(handler_mark(doc, version, n), Mark::Kept(_)))
+        .collect();
     {
-        let Some(Item::Table(runtimes)) = get_path_mut(doc.as_table_mut(), &path) else {
-            return;
+        let Some(Item::Table(runtimes)) = get_path_mut(doc.as_table_mut(), &keys) else {
+            return Err(unexpected_layout(path));
         };
         runtimes.remove(name);
-        let only_kept = runtimes
-            .iter()
-            .all(|(_, it)| matches!(mark_of(it), Mark::Kept(_)));
-        if only_kept {
-            runtimes.retain(|_, it| !matches!(mark_of(it), Mark::Kept(_)));
+        if runtimes.iter().all(|(k, _)| kept.iter().any(|n| n == k)) {
+            runtimes.retain(|k, _| !kept.iter().any(|n| n == k));
         }
     }
-    prune_implicit(doc.as_table_mut(), &path);
+    prune_implicit(doc.as_table_mut(), &keys);
+    Ok(())
 }
 
 /// Remove empty implicit tables along `path`, deepest first.

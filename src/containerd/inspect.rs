@@ -82,7 +82,7 @@ pub fn inspect(set: &ConfigSet) -> Result<Inspection, ConfigError> {
                     .map(str::to_string),
                 file: f.path.clone(),
                 form,
-                owner: match edit::mark_of(item) {
+                owner: match edit::handler_mark(&f.doc.doc, f.version, name) {
                     Mark::Handler(_) => "shim-agent",
                     Mark::Kept(_) => "shim-agent (default kept)",
                     Mark::None => "user",

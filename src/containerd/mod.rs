@@ -14,6 +14,10 @@
 //! whatever its quoting or form (header, dotted keys, inline table): lookups go through
 //! `toml_edit`'s key model, never through text search, and no header is ever added for a table
 //! that exists (missing parents are created *implicit*, so they get no header either).
+//! Each table on the path may be a header, dotted keys or an inline table; a handler is added
+//! in the form of the deepest one that exists (`forms`): `[header]` tables, dotted keys next
+//! to the existing ones, a `<h> = { ... }` line, or one more entry of the inline table (TOML
+//! forbids extending an inline table from outside it; `inline`).
 //!
 //! # Decisions
 //! - **Default runtime kept (1.x).** containerd 1.x replaces its default runtimes map with the
@@ -36,7 +40,11 @@
 //!   `/etc/containerd/conf.d/*.toml`, EKS `config.d`); with an explicit dir and no covering
 //!   import, the exact file path is imported (created first, import removed first).
 //! - **Ownership.** Tables the agent adds carry `# shim-agent: handler <h>` in their header
-//!   decor. Only marked handlers are removed; a user-defined handler is refused (`NotOwned`),
+//!   decor; dotted keys and `<h> = { ... }` lines carry it on a comment line before their first
+//!   line; an entry inside an inline table, where no comment fits, on a comment line before the
+//!   outermost inline table's line, one per handler (and one for a kept default runtime), so
+//!   removal drops exactly the agent's entries, marker lines and separators and gives back the
+//!   bytes. Only marked handlers are removed; a user-defined handler is refused (`NotOwned`),
 //!   never deleted, and there is no force flag: the node owner removes it by hand. `--replace`
 //!   rewrites a conflicting handler where it stands and marks it as the agent's.
 //! - **Refusals.** Templates (`{{`, `{%`, `+++` front matter, `${VAR}`), parse errors (line and
@@ -53,12 +61,17 @@
 //!   `pod_annotations = []`, `privileged_without_host_devices = false`).
 //!
 //! # Caveats
-//! Handlers under an inline-table `runtimes` are found but not added to (refused with
-//! `UnsupportedLayout`). `--replace` of a user-defined handler is not undone by removal.
+//! A table on the path that is written as something else (a value, an array of tables) is
+//! refused with `UnsupportedLayout` naming the key: containerd cannot read it either. Entries
+//! the agent writes into an inline table are on its one line (containerd reads TOML 1.0); an
+//! inline table written over several lines (TOML 1.1, refused by containerd 2.x) keeps its
+//! layout. `--replace` of a user-defined handler is not undone by removal.
 
 mod doc;
 mod edit;
 mod error;
+mod forms;
+mod inline;
 mod inspect;
 mod io;
 mod layout;

@@ -135,7 +135,7 @@ fn find_definitions(files: &[Analyzed], handler: &str) -> Vec<Definition> {
             Some(Definition {
                 file: i,
                 value: spec::item_to_json(item),
-                mark: edit::mark_of(item),
+                mark: edit::handler_mark(&f.doc.doc, f.version, handler),
             })
         })
         .collect()
@@ -338,7 +338,7 @@ fn finish(f: &Analyzed, spec: &RuntimeSpec) -> Result<FileChange, ConfigError> {
 /// file has none, the default (runc) must be written explicitly next to the new handler.
 fn keep_default<'a>(main: &Analyzed, handler: &str) -> Option<&'a str> {
     let empty = edit::handler_names(&main.doc.doc, main.version).is_empty();
-    (main.version.0 <= 2 && empty && handler != "runc").then_some("runc")
+    (main.version.0 <= 2 && empty && handler != edit::KEPT_RUNTIME).then_some(edit::KEPT_RUNTIME)
 }
 
 /// containerd's own default runc handler (1.6/1.7 `DefaultConfig`): only its runtime type. Its
@@ -473,7 +473,7 @@ pub fn plan_remove(set: &ConfigSet, handler: &str) -> Result<Plan, ConfigError> 
         });
     }
     let f = &mut files[i];
-    edit::remove_handler(&mut f.doc.doc, f.version, handler);
+    edit::remove_handler(&mut f.doc.doc, f.version, &f.path, handler)?;
     let deletable = i > 0
         && f.path.file_name().and_then(|n| n.to_str()) == Some(dropin_file_name(handler).as_str())
         && f.doc.doc.as_table().iter().all(|(_, it)| it.is_value());

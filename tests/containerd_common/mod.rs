@@ -119,12 +119,63 @@ pub fn apply_mem(set: &ConfigSet, plan: &Plan) -> ConfigSet {
     out
 }
 
-/// True when the lines of `a` appear in `b` in order (nothing removed or reordered).
-pub fn is_line_subsequence(a: &[u8], b: &[u8]) -> bool {
-    let a = String::from_utf8_lossy(a);
-    let b = String::from_utf8_lossy(b);
-    let mut it = b.lines();
-    a.lines().all(|l| it.any(|m| m == l))
+/// The lines of `a` that a longest common subsequence with `b` leaves out (changed or
+/// removed), and the lines of `b` it leaves out (changed or added).
+pub fn line_diff(a: &[u8], b: &[u8]) -> (Vec<String>, Vec<String>) {
+    let a: Vec<String> = String::from_utf8_lossy(a)
+        .lines()
+        .map(String::from)
+        .collect();
+    let b: Vec<String> = String::from_utf8_lossy(b)
+        .lines()
+        .map(String::from)
+        .collect();
+    let mut l = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            l[i][j] = if a[i] == b[j] {
+                l[i + 1][j + 1] + 1
+            } else {
+                l[i + 1][j].max(l[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let (mut gone, mut new) = (Vec::new(), Vec::new());
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            i += 1;
+            j += 1;
+        } else if j < b.len() && (i == a.len() || l[i][j + 1] >= l[i + 1][j]) {
+            new.push(b[j].clone());
+            j += 1;
+        } else {
+            gone.push(a[i].clone());
+            i += 1;
+        }
+    }
+    (gone, new)
+}
+
+/// Adding `handler` keeps every line of `before`, except a line holding an inline table on
+/// the path, which may only grow by the handler's entry: it keeps its text up to the `{`,
+/// and the new line names the handler.
+pub fn check_lines_kept(name: &str, before: &[u8], after: &[u8], handler: &str) {
+    let (gone, new) = line_diff(before, after);
+    for line in &gone {
+        let head = line.find('{').map(|i| &line[..=i]).unwrap_or_else(|| {
+            panic!(
+                "{name}: line `{line}` changed or removed:\n{}",
+                String::from_utf8_lossy(after)
+            )
+        });
+        assert!(
+            new.iter()
+                .any(|m| m.starts_with(head) && m.len() > line.len() && m.contains(handler)),
+            "{name}: inline line `{line}` did not just gain `{handler}`:\n{}",
+            String::from_utf8_lossy(after)
+        );
+    }
 }
 
 /// The full contract of add then remove on one config set.
@@ -165,11 +216,7 @@ pub fn check_add_remove_round_trip(
                 added.dropins == set.dropins,
                 "{name}: drop-ins must not change"
             );
-            assert!(
-                is_line_subsequence(&set.main.bytes, &added.main.bytes),
-                "{name}: lines were changed or removed:\n{}",
-                String::from_utf8_lossy(&added.main.bytes)
-            );
+            check_lines_kept(name, &set.main.bytes, &added.main.bytes, &spec.handler);
             (main_before.clone(), parse_json(&added.main.bytes))
         }
     };
