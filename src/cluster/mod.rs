@@ -8,6 +8,7 @@
 //! - [`election`]: a Lease-based leader election with client-go's semantics;
 //! - [`agent`]: the node agent: watches, transactions, labels, per-node state, events;
 //! - [`coordinator`]: the elected agent's cluster-wide work: finalizer, RuntimeClass, status;
+//! - [`slots`]: pure: rollout slots (how many, the coordinator's writes, halts, candidates);
 //! - [`session`]: `shim-agent run` with a cluster: agent plus election, reconnecting on rotation;
 //! - [`watch`]: reflectors that nudge a round on change.
 //!
@@ -22,6 +23,7 @@ pub mod election;
 pub mod nodestate;
 pub mod round;
 pub mod session;
+pub mod slots;
 pub mod status;
 pub mod target;
 pub mod watch;

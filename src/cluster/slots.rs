@@ -1,0 +1,330 @@
+//! Rollout slots (docs/design.md §5), the pure part: how many slots a Shim gets, what the
+//! coordinator does to its slot Leases, when a rollout halts, and which slots a waiting node
+//! watches. No I/O; the Lease writes are in [`super::gate`] (agents) and the coordinator.
+//!
+//! # Rules
+//! - A node needs a slot of a Shim for every containerd restart that Shim's change causes.
+//!   `rolling` gives N = maxUpdate slots (an integer, or a percentage of the targeted nodes
+//!   rounded down, at least 1); `recreate` gives no limit and no slots. Without a
+//!   `rolloutStrategy` a Shim rolls with N = 1 and maxFailures 0: one node at a time, and the
+//!   first failure halts.
+//! - A slot is *free* when it has no holder, and *open* when it carries no close mark. Nodes
+//!   take only free open slots. The coordinator keeps `held + free open ≤ N`, so however
+//!   agents race, never more than N nodes hold a slot opened under the current N: when N
+//!   shrinks, slots above it are retired (closed, deleted once free), and free slots below
+//!   it stay closed until holders above the new bound are gone.
+//! - A failed node keeps its slot, marked with the failure, so capacity shrinks by itself.
+//!   Failures of the Shim's current generation since the last resume count; more than
+//!   maxFailures halts the rollout: every free slot is closed, nodes mid-update finish. A new
+//!   generation or a new value of the resume annotation on the Shim reopens it.
+//! - Nothing frees a live node's slot on a timer, unless a stale timeout is configured; a
+//!   deleted Node's slot is freed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use crate::api::{RolloutType, Shim};
+
+/// Label on a slot Lease: the Shim it belongs to.
+pub const SLOT_SHIM_LABEL: &str = "containerd.x-k8s.io/slot-of";
+/// Annotation on a slot Lease: JSON [`Failure`] of the node holding it.
+pub const SLOT_FAILED: &str = "containerd.x-k8s.io/slot-failed";
+/// Annotation on a slot Lease: why nobody may take it now (`halted`, `retired`, `budget`).
+pub const SLOT_CLOSED: &str = "containerd.x-k8s.io/slot-closed";
+/// Annotation on a Shim: a new value resumes a halted rollout.
+pub const RESUME_ANNOTATION: &str = "containerd.x-k8s.io/resume-rollout";
+
+/// The name of slot `index` of `shim`.
+pub fn slot_name(shim: &str, index: u32) -> String {
+    format!("{shim}-slot-{index}")
+}
+
+/// The index of a slot Lease of `shim` named `name`.
+pub fn slot_index(shim: &str, name: &str) -> Option<u32> {
+    name.strip_prefix(shim)?
+        .strip_prefix("-slot-")?
+        .parse()
+        .ok()
+}
+
+/// The rollout limits of a Shim: `None` slots means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub slots: Option<u32>,
+    pub max_failures: u32,
+}
+
+/// N and maxFailures for `shim` with `targeted` nodes.
+pub fn limits(shim: &Shim, targeted: u32) -> Limits {
+    let strategy = shim.spec.rollout_strategy.as_ref();
+    let rolling = strategy.and_then(|s| s.rolling.as_ref());
+    let max_failures = rolling
+        .and_then(|r| r.max_failures)
+        .map_or(0, |f| f.max(0) as u32);
+    if strategy.is_some_and(|s| s.type_ == RolloutType::Recreate) {
+        return Limits {
+            slots: None,
+            max_failures,
+        };
+    }
+    let n = match rolling.and_then(|r| r.max_update.as_ref()) {
+        None => 1,
+        Some(IntOrString::Int(i)) => (*i).max(1) as u32,
+        Some(IntOrString::String(s)) => {
+            let pct: u64 = s.trim_end_matches('%').parse().unwrap_or(100);
+            ((u64::from(targeted) * pct.min(100)) / 100).max(1) as u32
+        }
+    };
+    Limits {
+        slots: Some(n),
+        max_failures,
+    }
+}
+
+/// A node's failure, kept on its slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The Shim generation the node failed to apply.
+    pub generation: i64,
+    /// The resume annotation's value then ("" if none).
+    #[serde(default)]
+    pub resume: String,
+    pub reason: String,
+}
+
+/// A slot Lease as the coordinator and agents read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    pub index: u32,
+    pub holder: Option<String>,
+    pub failed: Option<Failure>,
+    pub closed: Option<String>,
+    pub resource_version: String,
+}
+
+impl Slot {
+    pub fn is_free(&self) -> bool {
+        self.holder.as_deref().unwrap_or_default().is_empty()
+    }
+    pub fn is_open(&self) -> bool {
+        self.closed.is_none()
+    }
+}
+
+/// The resume annotation's value on `shim`.
+pub fn resume_token(shim: &Shim) -> String {
+    shim.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RESUME_ANNOTATION))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Failures that count against maxFailures now: of this generation, since the last resume.
+pub fn counted_failures<'a>(
+    slots: &'a [Slot],
+    generation: i64,
+    resume: &'a str,
+) -> impl Iterator<Item = &'a Slot> {
+    slots.iter().filter(move |s| {
+        !s.is_free()
+            && s.failed
+                .as_ref()
+                .is_some_and(|f| f.generation == generation && f.resume == resume)
+    })
+}
+
+/// True when the failures exceed maxFailures.
+pub fn halted(slots: &[Slot], limits: Limits, generation: i64, resume: &str) -> bool {
+    counted_failures(slots, generation, resume).count() as u32 > limits.max_failures
+}
+
+/// One write the coordinator makes to a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotAction {
+    /// Create slot `index`, closed with this mark when `Some`.
+    Create { index: u32, closed: Option<String> },
+    /// Delete a free slot above the bound.
+    Delete {
+        index: u32,
+        resource_version: String,
+    },
+    /// Set (Some) or clear (None) the close mark.
+    Mark {
+        index: u32,
+        closed: Option<String>,
+        resource_version: String,
+    },
+    /// Empty the holder (a deleted Node, or a stale holder) and clear its failure.
+    Free {
+        index: u32,
+        resource_version: String,
+    },
+}
+
+/// The coordinator's writes for a Shim's slots. `gone` says whether a holder is no longer a
+/// Node (or, with a stale timeout, no longer renewing).
+pub fn plan_slots(
+    limits: Limits,
+    halted: bool,
+    slots: &[Slot],
+    gone: impl Fn(&Slot) -> bool,
+) -> Vec<SlotAction> {
+    let mut out = Vec::new();
+    let mut freed = BTreeSet::new();
+    for s in slots.iter().filter(|s| !s.is_free() && gone(s)) {
+        freed.insert(s.index);
+        out.push(SlotAction::Free {
+            index: s.index,
+            resource_version: s.resource_version.clone(),
+        });
+    }
+    let free = |s: &Slot| s.is_free() || freed.contains(&s.index);
+    let n = limits.slots.unwrap_or(0);
+    // Above the bound (or no limit at all): retire.
+    for s in slots.iter().filter(|s| s.index >= n) {
+        if free(s) {
+            if !freed.contains(&s.index) {
+                out.push(SlotAction::Delete {
+                    index: s.index,
+                    resource_version: s.resource_version.clone(),
+                });
+            }
+        } else if s.closed.as_deref() != Some("retired") {
+            out.push(SlotAction::Mark {
+                index: s.index,
+                closed: Some("retired".into()),
+                resource_version: s.resource_version.clone(),
+            });
+        }
+    }
+    let held = slots.iter().filter(|s| !free(s)).count() as u32;
+    let mut budget = if halted { 0 } else { n.saturating_sub(held) };
+    for index in 0..n {
+        let want_open = |budget: &mut u32| {
+            if *budget > 0 {
+                *budget -= 1;
+                None
+            } else if halted {
+                Some("halted".to_string())
+            } else {
+                Some("budget".to_string())
+            }
+        };
+        match slots.iter().find(|s| s.index == index) {
+            None => out.push(SlotAction::Create {
+                index,
+                closed: want_open(&mut budget),
+            }),
+            // Freed this round: its new resourceVersion is not known yet; next round marks it.
+            Some(s) if freed.contains(&s.index) => {}
+            Some(s) if free(s) => {
+                let closed = want_open(&mut budget);
+                if closed != s.closed {
+                    out.push(SlotAction::Mark {
+                        index,
+                        closed,
+                        resource_version: s.resource_version.clone(),
+                    });
+                }
+            }
+            // Held: a holder finishes whatever the marks say.
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+fn hash(parts: &[&str]) -> u64 {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    let d = h.finalize();
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+/// The slots a waiting node watches: the `k` highest by rendezvous hash of (node UID, Shim,
+/// index) among `0..n` not in `skip` (slots held by failed nodes never come free by
+/// themselves). Different nodes spread over different slots; a change of N moves few.
+pub fn candidates(node_uid: &str, shim: &str, n: u32, k: usize, skip: &BTreeSet<u32>) -> Vec<u32> {
+    let mut scored: Vec<(u64, u32)> = (0..n)
+        .filter(|i| !skip.contains(i))
+        .map(|i| (hash(&[node_uid, shim, &i.to_string()]), i))
+        .collect();
+    scored.sort_unstable_by(|a, b| b.cmp(a));
+    scored.into_iter().take(k).map(|(_, i)| i).collect()
+}
+
+/// How long a node waits before claiming a free slot it saw: spread over `0..max` by its
+/// UID, so the nodes watching one slot do not all write at once.
+pub fn claim_delay(node_uid: &str, shim: &str, max: Duration) -> Duration {
+    let ms = max.as_millis().max(1) as u64;
+    Duration::from_millis(hash(&[node_uid, shim, "delay"]) % ms)
+}
+
+/// What a node does with the slots of a Shim it needs one of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// It already holds this one (a restarted agent adopts its own slot).
+    Adopt(u32),
+    /// Take this free open slot.
+    Take(u32),
+    /// Nothing free among the candidates: wait for a change.
+    Wait,
+}
+
+/// The claim of node `me` given the slots it sees (its candidates, and any it holds).
+pub fn claim(me: &str, slots: &[Slot], candidates: &[u32]) -> Claim {
+    if let Some(s) = slots.iter().find(|s| s.holder.as_deref() == Some(me)) {
+        return Claim::Adopt(s.index);
+    }
+    candidates
+        .iter()
+        .filter_map(|i| slots.iter().find(|s| s.index == *i))
+        .find(|s| s.is_free() && s.is_open())
+        .map_or(Claim::Wait, |s| Claim::Take(s.index))
+}
+
+/// When each held slot last changed, on this observer's own monotonic clock: the only clock
+/// a stale timeout may use (another node's `renewTime` says nothing about this clock).
+#[derive(Debug, Clone, Default)]
+pub struct Staleness {
+    seen: BTreeMap<u32, (String, Instant)>,
+}
+
+impl Staleness {
+    /// Note the slots as read at `now`: a new resourceVersion restarts that slot's clock.
+    pub fn observe(&mut self, slots: &[Slot], now: Instant) {
+        self.seen.retain(|i, _| slots.iter().any(|s| s.index == *i));
+        for s in slots {
+            match self.seen.get(&s.index) {
+                Some((rv, _)) if *rv == s.resource_version => {}
+                _ => {
+                    self.seen.insert(s.index, (s.resource_version.clone(), now));
+                }
+            }
+        }
+    }
+
+    /// True when `slot` is held and has not changed for `after` (never without a timeout).
+    pub fn is_stale(&self, slot: &Slot, now: Instant, after: Option<Duration>) -> bool {
+        let (Some(after), false) = (after, slot.is_free()) else {
+            return false;
+        };
+        self.seen.get(&slot.index).is_some_and(|(rv, at)| {
+            *rv == slot.resource_version && now.duration_since(*at) >= after
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "slots_tests.rs"]
+mod tests;
