@@ -135,7 +135,7 @@ fn lease_role() -> Role {
         rules: Some(vec![rule(
             &["containerd.x-k8s.io"],
             &["shimleases"],
-            &["get", "list", "watch", "create", "update"],
+            &["get", "list", "watch", "create", "update", "delete"],
         )]),
     }
 }
@@ -218,6 +218,60 @@ fn shim_writes_policy() -> serde_json::Value {
     })
 }
 
+/// Name of the ValidatingAdmissionPolicy (and its binding) on kubelet identities' writes to
+/// rollout slots.
+pub const SLOT_WRITES_POLICY: &str = "shim-agent-slot-writes";
+
+/// A kubelet identity (`system:node:<name>`) may take a free slot only for itself and free
+/// only its own; it adds or removes only its own Node as the slot's owner, and leaves another
+/// holder's renewals and failure mark alone. The one exception is how a deleted Node's slot
+/// is freed: the holder takes the slot with its Node as an owner; when that Node is deleted,
+/// Kubernetes' garbage collector (not a node) removes the dangling owner reference, and a
+/// slot whose holder is no longer among its owners may be freed by the coordinator.
+/// Slots are the ShimLeases labelled `containerd.x-k8s.io/slot-of`; the coordinator's own
+/// Lease follows client-go's election rules and is not matched.
+fn slot_writes_policy() -> serde_json::Value {
+    let label = crate::cluster::slots::SLOT_SHIM_LABEL;
+    let failed = crate::cluster::slots::SLOT_FAILED;
+    serde_json::json!({
+        "metadata": {"name": SLOT_WRITES_POLICY, "labels": {"app.kubernetes.io/name": "shim-agent"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["containerd.x-k8s.io"],
+                "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+                "resources": ["shimleases"],
+            }]},
+            "matchConditions": [
+                {"name": "kubelet-identity", "expression": "request.userInfo.username.startsWith('system:node:')"},
+                {"name": "rollout-slot", "expression": format!("'{label}' in (request.operation == 'DELETE' ? oldObject : object).metadata.?labels.orValue({{}})")},
+            ],
+            "variables": [
+                {"name": "me", "expression": "request.userInfo.username.substring(12)"},
+                {"name": "was", "expression": "request.operation == 'CREATE' ? '' : oldObject.spec.?holderIdentity.orValue('')"},
+                {"name": "now", "expression": "request.operation == 'DELETE' ? '' : object.spec.?holderIdentity.orValue('')"},
+                {"name": "oldOwners", "expression": "request.operation == 'CREATE' ? [] : oldObject.metadata.?ownerReferences.orValue([]).filter(r, r.kind == 'Node').map(r, r.name)"},
+                {"name": "newOwners", "expression": "request.operation == 'DELETE' ? [] : object.metadata.?ownerReferences.orValue([]).filter(r, r.kind == 'Node').map(r, r.name)"},
+            ],
+            "validations": [
+                {
+                    "expression": "variables.was == variables.now || (variables.was == '' && variables.now == variables.me) || (variables.was == variables.me && variables.now == '') || (variables.now == '' && !(variables.was in variables.oldOwners))",
+                    "messageExpression": "'node ' + variables.me + ' may take a free slot only for itself and free only its own: holder ' + (variables.was == '' ? '(none)' : variables.was) + ' -> ' + (variables.now == '' ? '(none)' : variables.now)",
+                },
+                {
+                    "expression": "variables.newOwners.filter(n, n != variables.me) == variables.oldOwners.filter(n, n != variables.me)",
+                    "messageExpression": "'node ' + variables.me + ' may add or remove only its own Node as an owner of a slot'",
+                },
+                {
+                    "expression": format!("request.operation != 'UPDATE' || variables.was == '' || variables.was == variables.me || variables.was != variables.now || (object.spec == oldObject.spec && object.metadata.?annotations[?'{failed}'].orValue('') == oldObject.metadata.?annotations[?'{failed}'].orValue(''))"),
+                    "messageExpression": "'node ' + variables.me + ' may not renew or mark the slot of ' + variables.was",
+                },
+            ],
+        },
+    })
+}
+
 /// CRD, namespace and RBAC as one multi-document YAML stream.
 pub fn manifests_yaml() -> anyhow::Result<String> {
     let mut out = String::new();
@@ -285,6 +339,21 @@ pub fn manifests_yaml() -> anyhow::Result<String> {
         &serde_json::json!({
             "metadata": {"name": SHIM_WRITES_POLICY, "labels": {"app.kubernetes.io/name": "shim-agent"}},
             "spec": {"policyName": SHIM_WRITES_POLICY, "validationActions": ["Deny"]},
+        }),
+    )?;
+    push_doc(
+        &mut out,
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+        &slot_writes_policy(),
+    )?;
+    push_doc(
+        &mut out,
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        &serde_json::json!({
+            "metadata": {"name": SLOT_WRITES_POLICY, "labels": {"app.kubernetes.io/name": "shim-agent"}},
+            "spec": {"policyName": SLOT_WRITES_POLICY, "validationActions": ["Deny"]},
         }),
     )?;
     Ok(out)
