@@ -131,8 +131,7 @@ async fn a_node_may_take_and_free_only_its_own_slot_and_a_deleted_nodes_slot_is_
     let e = as_b
         .delete(&name, &DeleteParams::default())
         .await
-        .err()
-        .expect("b deletes a's slot: allowed")
+        .expect_err("b deletes a's slot: allowed")
         .to_string();
     assert!(e.contains("free only its own"), "b deletes: {e}");
     let mut unowned = cur.clone();

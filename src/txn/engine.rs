@@ -24,20 +24,18 @@
 //! With the `failpoints` feature, `txn::<phase>` fires right after each phase is journalled
 //! (before the next side effect), e.g. `FAILPOINTS=txn::applied=panic`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
-use super::batch;
 use super::files::{Undo, backups_dir, gc_artifact, remove_binary, stage_backups};
 use super::machine::{self, Event, Next};
-use super::ports::{HealthCheck, Restarter};
-use super::record::{merge_config_records, now_secs, runtime_spec, sha256_hex};
+use super::ports::{Gate, HealthCheck, Restarter, Ungated};
+use super::record::{merge_config_records, now_secs, sha256_hex};
 use crate::api::Shim;
-use crate::artifact::configure::{fetch_spec, fetcher, spec_location};
 use crate::artifact::{self, Platform, Store};
-use crate::containerd::{self, AddOptions, Current, DropinPolicy, Plan, RuntimeSpec};
+use crate::containerd::{Current, DropinPolicy, Plan, RuntimeSpec};
 use crate::hostroot::HostRoot;
 use crate::profile::Profile;
 use crate::settings::Settings;
@@ -79,12 +77,20 @@ pub struct Node<'a, R, H> {
     pub health: H,
 }
 
+/// What one transaction changes, ready to journal.
+#[derive(Clone, Copy)]
+struct Steps<'a> {
+    prepared: &'a [Prepared],
+    removes: &'a [InstalledShim],
+    plan: &'a Plan,
+}
+
 /// A change after fetching: everything needed to apply it.
 pub(super) struct Prepared {
-    record: InstalledShim,
-    binary_src: PathBuf,
-    previous: Option<InstalledShim>,
-    runtime: RuntimeSpec,
+    pub(super) record: InstalledShim,
+    pub(super) binary_src: PathBuf,
+    pub(super) previous: Option<InstalledShim>,
+    pub(super) runtime: RuntimeSpec,
 }
 
 pub(super) fn failpoint(_name: &str) {
@@ -92,7 +98,7 @@ pub(super) fn failpoint(_name: &str) {
 }
 
 impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
-    fn state_dir(&self) -> anyhow::Result<PathBuf> {
+    pub(super) fn state_dir(&self) -> anyhow::Result<PathBuf> {
         Ok(self.root.resolve(&self.settings.paths.state_dir)?)
     }
 
@@ -101,7 +107,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(self.profile.layout().load(self.root)?)
     }
 
-    fn dropin_policy(&self) -> DropinPolicy {
+    pub(super) fn dropin_policy(&self) -> DropinPolicy {
         match &self.profile.dropin_dir {
             Some(d) => DropinPolicy::Dir(PathBuf::from(d)),
             None => DropinPolicy::Auto,
@@ -169,7 +175,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         state: &mut NodeState,
         changes: Vec<Change>,
     ) -> anyhow::Result<Report> {
-        self.apply_showing(store, state, changes, false).await
+        self.apply_gated(store, state, changes, false, &Ungated)
+            .await
     }
 
     /// Like [`apply_with`](Self::apply_with), with a progress bar on stderr for downloads
@@ -180,6 +187,20 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         state: &mut NodeState,
         changes: Vec<Change>,
         progress: bool,
+    ) -> anyhow::Result<Report> {
+        self.apply_gated(store, state, changes, progress, &Ungated)
+            .await
+    }
+
+    /// Like [`apply_with`](Self::apply_with), restarting containerd only while `gate` holds
+    /// a rollout slot of every Shim the batch touches.
+    pub async fn apply_gated<G: Gate>(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        changes: Vec<Change>,
+        progress: bool,
+        gate: &G,
     ) -> anyhow::Result<Report> {
         let mut report = Report::default();
         let t0 = Instant::now();
@@ -246,17 +267,18 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             }
         };
 
+        let steps = Steps {
+            prepared: &prepared,
+            removes: &removes,
+            plan: &plan,
+        };
         let result = self
-            .run(
-                store,
-                state,
-                &prepared,
-                &removes,
-                &plan,
-                &mut undo,
-                &mut report,
-            )
+            .run(store, state, &steps, gate, &mut undo, &mut report)
             .await;
+        match &result {
+            Ok(()) => gate.release().await,
+            Err(e) => gate.failed(&format!("{e:#}")).await,
+        }
         // Rolled back (the journal is closed): what this run fetched and created goes too.
         // An open journal (Broken) keeps everything for the next recovery.
         if result.is_err() && state.journal.is_none() {
@@ -266,17 +288,20 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     }
 
     /// The journalled steps of one transaction, from Planned to Committed.
-    #[allow(clippy::too_many_arguments)]
-    async fn run(
+    async fn run<G: Gate>(
         &self,
         store: &StateStore,
         state: &mut NodeState,
-        prepared: &[Prepared],
-        removes: &[InstalledShim],
-        plan: &Plan,
+        steps: &Steps<'_>,
+        gate: &G,
         undo: &mut Undo,
         report: &mut Report,
     ) -> anyhow::Result<()> {
+        let Steps {
+            prepared,
+            removes,
+            plan,
+        } = *steps;
         let id = format!("{}-{}", now_secs(), std::process::id());
         let kind = match (prepared, removes) {
             ([], _) => TxnKind::Uninstall,
@@ -295,7 +320,22 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         store.save(state)?;
         failpoint("txn::planned");
         self.event(store, state, Event::Fetched)?;
-        // No rollout gate yet: the slot is trivially ours.
+        // A slot of every Shim in the batch before the host changes, when containerd will
+        // restart; the names in order, so two nodes never wait on each other's slots.
+        if !plan.is_empty() {
+            let mut names: Vec<String> = prepared
+                .iter()
+                .map(|p| p.record.name.clone())
+                .chain(removes.iter().map(|r| r.name.clone()))
+                .collect();
+            names.sort();
+            names.dedup();
+            if let Err(e) = gate.acquire(&names).await {
+                state.journal = None;
+                store.save(state)?;
+                bail!("no rollout slot: {e}");
+            }
+        }
         self.event(store, state, Event::SlotAcquired)?;
 
         let t = Instant::now();
@@ -330,6 +370,11 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         // containerd reads its config only at start: no config change, no restart (a
         // binary put back in place is picked up at the next shim start).
         if !plan.is_empty() {
+            if let Err(e) = gate.renew().await {
+                let reason =
+                    format!("the rollout slot could not be renewed before the restart: {e}");
+                return self.fail_unrestarted(store, state, reason).await;
+            }
             report.restarts += 1;
             if let Err(e) = self.restarter.restart(&self.profile.unit).await {
                 return self.fail(store, state, e).await;
@@ -350,103 +395,6 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let t = Instant::now();
         self.commit(store, state, report)?;
         report.phases.push((Phase::Committed, t.elapsed()));
-        Ok(())
-    }
-
-    async fn fetch_all(
-        &self,
-        state: &NodeState,
-        installs: &[(Box<Shim>, Origin)],
-        progress: bool,
-        undo: &mut Undo,
-    ) -> anyhow::Result<Vec<Prepared>> {
-        let store_dir = self.state_dir()?.join("store");
-        for sub in ["sha256", "tmp", "refs"] {
-            undo.create_dir_all(&store_dir.join(sub))?;
-        }
-        let artifacts = Store::open(&store_dir)?;
-        let fetcher = fetcher(&self.settings.fetch, self.platform.clone(), progress)?;
-        let mut out = Vec::new();
-        for (shim, origin) in installs {
-            let spec = fetch_spec(shim, &self.settings.fetch)?;
-            let fetched = fetcher
-                .fetch(&spec, &artifacts)
-                .await
-                .with_context(|| format!("Shim {:?}", shim.name()))?;
-            if fetched.fetched {
-                undo.created_dir(fetched.dir.clone());
-            }
-            let wanted = shim.spec.runtime.as_ref().and_then(|r| r.binary.as_deref());
-            let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)?;
-            let bin_name = bin
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let host = Path::new(artifact::SHIMS_DIR)
-                .join(shim.name())
-                .join(&fetched.digest)
-                .join(&bin_name);
-            let host_s = host.display().to_string();
-            let rt = runtime_spec(shim, &host_s);
-            out.push(Prepared {
-                record: InstalledShim {
-                    name: shim.name().to_string(),
-                    handler: shim.handler().to_string(),
-                    runtime_type: rt.runtime_type.clone(),
-                    artifact_sha256: fetched.digest.clone(),
-                    source: spec_location(&spec),
-                    binary: host_s,
-                    spec_hash: shim.spec_hash(),
-                    config_files: vec![],
-                    state: self.health.committed_state(),
-                    origin: *origin,
-                    runtime_class: Some(shim.spec.runtime_class.name.clone()),
-                    installed_at: now_secs(),
-                },
-                binary_src: bin,
-                previous: state.shims.get(shim.name()).cloned(),
-                runtime: rt,
-            });
-        }
-        Ok(out)
-    }
-
-    fn plan_all(
-        &self,
-        mut current: Current,
-        prepared: &[Prepared],
-        removes: &[InstalledShim],
-    ) -> anyhow::Result<Plan> {
-        let mut steps: Vec<Plan> = Vec::new();
-        for r in removes {
-            let p = current.plan_remove(&r.handler)?;
-            current.update(&p);
-            steps.push(p);
-        }
-        for p in prepared {
-            let opts = AddOptions {
-                replace: p.previous.is_some(),
-                dropin: self.dropin_policy(),
-            };
-            let plan = current.plan_add(&p.runtime, &opts)?;
-            current.update(&plan);
-            steps.push(plan);
-        }
-        Ok(batch::combine(steps))
-    }
-
-    fn apply_files(&self, prepared: &[Prepared], plan: &Plan) -> anyhow::Result<()> {
-        for p in prepared {
-            failpoint("txn::place_binary");
-            artifact::place_binary(
-                self.root,
-                &p.record.name,
-                &p.record.artifact_sha256,
-                &p.binary_src,
-            )?;
-        }
-        failpoint("txn::write_config");
-        containerd::apply(self.root, plan)?;
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! - [`recovery`]: interrupted transactions finished or undone, failed ones rolled back;
 //! - [`ports`]: the restart and health ports, and the image root's own ([`NoRestart`],
 //!   [`DeferredVerification`]); [`real`]: systemd over D-Bus and containerd's CRI;
+//! - [`prepare`]: fetch and plan before the host changes, write the files after;
 //! - [`files`], [`record`], [`batch`]: backups and the undo log, what is recorded, several
 //!   config changes as one.
 
@@ -14,9 +15,10 @@ pub mod engine;
 pub mod files;
 pub mod machine;
 pub mod ports;
+pub mod prepare;
 pub mod real;
 pub mod record;
 pub mod recovery;
 
 pub use engine::{Change, Node, Report};
-pub use ports::{DeferredVerification, HealthCheck, NoRestart, Restarter};
+pub use ports::{DeferredVerification, Gate, HealthCheck, NoRestart, Restarter, Ungated};

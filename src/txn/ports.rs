@@ -67,3 +67,31 @@ impl HealthCheck for DeferredVerification {
         false
     }
 }
+
+/// The rollout gate (docs/design.md §5): a slot of every Shim whose change restarts
+/// containerd, held from before the host changes until the transaction ends.
+pub trait Gate {
+    /// Wait for (or adopt) a slot of each of `shims`; `Err`: the restart may not happen.
+    fn acquire(&self, shims: &[String]) -> impl Future<Output = Result<(), String>>;
+    /// Renew the held slots right before the restart; `Err`: do not restart.
+    fn renew(&self) -> impl Future<Output = Result<(), String>>;
+    /// The transaction committed: give the slots back.
+    fn release(&self) -> impl Future<Output = ()>;
+    /// The transaction failed: keep the slots, marked failed with `reason`.
+    fn failed(&self, reason: &str) -> impl Future<Output = ()>;
+}
+
+/// No rollout control (static Shims, the CLI, an image root): every restart may happen.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ungated;
+
+impl Gate for Ungated {
+    async fn acquire(&self, _shims: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+    async fn renew(&self) -> Result<(), String> {
+        Ok(())
+    }
+    async fn release(&self) {}
+    async fn failed(&self, _reason: &str) {}
+}

@@ -106,6 +106,36 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         bail!("{reason}; rolled back: containerd runs the previous configuration")
     }
 
+    /// A step before the restart failed (or the rollout slot was lost): containerd still runs
+    /// the old config, so the files are put back and nothing is restarted.
+    pub(super) async fn fail_unrestarted(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        reason: String,
+    ) -> anyhow::Result<()> {
+        tracing::error!(%reason, "transaction failed before the restart; putting the files back");
+        self.event(
+            store,
+            state,
+            Event::Failed {
+                reason: reason.clone(),
+            },
+        )?;
+        let Some(j) = state.journal.clone() else {
+            bail!("{reason}")
+        };
+        restore_backups(self.root, &j)?;
+        for p in &j.pending {
+            if state.shims.get(&p.name).map(|s| &s.binary) != Some(&p.binary) {
+                let _ = remove_binary(self.root, p);
+            }
+        }
+        self.event(store, state, Event::RolledBack)?;
+        self.close(store, state, &j)?;
+        bail!("{reason}; rolled back without a restart: containerd runs the previous configuration")
+    }
+
     async fn roll_back(
         &self,
         store: &StateStore,

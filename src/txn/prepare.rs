@@ -1,0 +1,116 @@
+//! Before a transaction touches the host: every artifact fetched and verified, every config
+//! change planned; and the files written once it may.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::batch;
+use super::engine::{Node, Prepared, failpoint};
+use super::files::Undo;
+use super::ports::{HealthCheck, Restarter};
+use super::record::{now_secs, runtime_spec};
+use crate::api::Shim;
+use crate::artifact::configure::{fetch_spec, fetcher, spec_location};
+use crate::artifact::{self, Store};
+use crate::containerd::{self, AddOptions, Current, Plan};
+use crate::state::{InstalledShim, NodeState, Origin};
+
+impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
+    pub(super) async fn fetch_all(
+        &self,
+        state: &NodeState,
+        installs: &[(Box<Shim>, Origin)],
+        progress: bool,
+        undo: &mut Undo,
+    ) -> anyhow::Result<Vec<Prepared>> {
+        let store_dir = self.state_dir()?.join("store");
+        for sub in ["sha256", "tmp", "refs"] {
+            undo.create_dir_all(&store_dir.join(sub))?;
+        }
+        let artifacts = Store::open(&store_dir)?;
+        let fetcher = fetcher(&self.settings.fetch, self.platform.clone(), progress)?;
+        let mut out = Vec::new();
+        for (shim, origin) in installs {
+            let spec = fetch_spec(shim, &self.settings.fetch)?;
+            let fetched = fetcher
+                .fetch(&spec, &artifacts)
+                .await
+                .with_context(|| format!("Shim {:?}", shim.name()))?;
+            if fetched.fetched {
+                undo.created_dir(fetched.dir.clone());
+            }
+            let wanted = shim.spec.runtime.as_ref().and_then(|r| r.binary.as_deref());
+            let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)?;
+            let bin_name = bin
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let host = Path::new(artifact::SHIMS_DIR)
+                .join(shim.name())
+                .join(&fetched.digest)
+                .join(&bin_name);
+            let host_s = host.display().to_string();
+            let rt = runtime_spec(shim, &host_s);
+            out.push(Prepared {
+                record: InstalledShim {
+                    name: shim.name().to_string(),
+                    handler: shim.handler().to_string(),
+                    runtime_type: rt.runtime_type.clone(),
+                    artifact_sha256: fetched.digest.clone(),
+                    source: spec_location(&spec),
+                    binary: host_s,
+                    spec_hash: shim.spec_hash(),
+                    config_files: vec![],
+                    state: self.health.committed_state(),
+                    origin: *origin,
+                    runtime_class: Some(shim.spec.runtime_class.name.clone()),
+                    installed_at: now_secs(),
+                },
+                binary_src: bin,
+                previous: state.shims.get(shim.name()).cloned(),
+                runtime: rt,
+            });
+        }
+        Ok(out)
+    }
+
+    pub(super) fn plan_all(
+        &self,
+        mut current: Current,
+        prepared: &[Prepared],
+        removes: &[InstalledShim],
+    ) -> anyhow::Result<Plan> {
+        let mut steps: Vec<Plan> = Vec::new();
+        for r in removes {
+            let p = current.plan_remove(&r.handler)?;
+            current.update(&p);
+            steps.push(p);
+        }
+        for p in prepared {
+            let opts = AddOptions {
+                replace: p.previous.is_some(),
+                dropin: self.dropin_policy(),
+            };
+            let plan = current.plan_add(&p.runtime, &opts)?;
+            current.update(&plan);
+            steps.push(plan);
+        }
+        Ok(batch::combine(steps))
+    }
+
+    pub(super) fn apply_files(&self, prepared: &[Prepared], plan: &Plan) -> anyhow::Result<()> {
+        for p in prepared {
+            failpoint("txn::place_binary");
+            artifact::place_binary(
+                self.root,
+                &p.record.name,
+                &p.record.artifact_sha256,
+                &p.binary_src,
+            )?;
+        }
+        failpoint("txn::write_config");
+        containerd::apply(self.root, plan)?;
+        Ok(())
+    }
+}

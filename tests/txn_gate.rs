@@ -1,0 +1,152 @@
+//! The rollout gate in the transaction engine: a slot of every Shim before the host changes,
+//! a renewal right before the restart (or no restart at all), release on commit, and a
+//! failure kept on the slot.
+
+mod support;
+
+use std::cell::RefCell;
+
+use shim_agent::txn::{Change, Gate};
+use support::live::*;
+
+#[derive(Default)]
+struct FakeGate {
+    calls: RefCell<Vec<String>>,
+    refuse_acquire: bool,
+    refuse_renew: bool,
+}
+
+impl Gate for FakeGate {
+    async fn acquire(&self, shims: &[String]) -> Result<(), String> {
+        self.calls
+            .borrow_mut()
+            .push(format!("acquire {}", shims.join(",")));
+        if self.refuse_acquire {
+            return Err("the rollout is halted".into());
+        }
+        Ok(())
+    }
+    async fn renew(&self) -> Result<(), String> {
+        self.calls.borrow_mut().push("renew".into());
+        if self.refuse_renew {
+            return Err("409 Conflict: the slot changed".into());
+        }
+        Ok(())
+    }
+    async fn release(&self) {
+        self.calls.borrow_mut().push("release".into());
+    }
+    async fn failed(&self, reason: &str) {
+        self.calls.borrow_mut().push(format!("failed: {reason}"));
+    }
+}
+
+fn apply(
+    w: &World,
+    f: &FakeContainerd,
+    g: &FakeGate,
+    changes: Vec<Change>,
+) -> anyhow::Result<shim_agent::txn::Report> {
+    block(async {
+        let n = node(w, f);
+        let (store, mut state) = n.open().await?;
+        n.apply_gated(&store, &mut state, changes, false, g).await
+    })
+}
+
+#[test]
+fn a_batch_takes_a_slot_of_each_shim_in_order_renews_before_the_restart_and_releases() {
+    let w = world();
+    let f = fake(&w);
+    let g = FakeGate::default();
+    apply(
+        &w,
+        &f,
+        &g,
+        vec![shim(&w, "wasmtime", "1"), shim(&w, "spin", "1")],
+    )
+    .unwrap();
+    assert_eq!(
+        *g.calls.borrow(),
+        ["acquire spin,wasmtime", "renew", "release"]
+    );
+    assert_eq!(*f.restarts.borrow(), 1);
+
+    // nothing to restart: no slot asked for
+    let g = FakeGate::default();
+    let r = apply(&w, &f, &g, vec![shim(&w, "spin", "1")]).unwrap();
+    assert_eq!(r.unchanged, ["spin"]);
+    assert!(g.calls.borrow().is_empty(), "{:?}", g.calls.borrow());
+}
+
+#[test]
+fn without_a_slot_nothing_on_the_host_changes() {
+    let w = world();
+    let f = fake(&w);
+    let g = FakeGate {
+        refuse_acquire: true,
+        ..Default::default()
+    };
+    let e = format!(
+        "{:#}",
+        apply(&w, &f, &g, vec![shim(&w, "spin", "1")]).unwrap_err()
+    );
+    assert!(e.contains("no rollout slot") && e.contains("halted"), "{e}");
+    assert_eq!(config(&w), w.original);
+    assert_eq!(*f.restarts.borrow(), 0);
+    assert!(state(&w).journal.is_none() && state(&w).shims.is_empty());
+}
+
+#[test]
+fn a_renewal_that_fails_means_no_restart_and_the_files_go_back() {
+    let w = world();
+    let f = fake(&w);
+    let g = FakeGate {
+        refuse_renew: true,
+        ..Default::default()
+    };
+    let e = format!(
+        "{:#}",
+        apply(&w, &f, &g, vec![shim(&w, "spin", "1")]).unwrap_err()
+    );
+    assert!(
+        e.contains("could not be renewed") && e.contains("without a restart"),
+        "{e}"
+    );
+    assert_eq!(
+        *f.restarts.borrow(),
+        0,
+        "no restart without a fresh renewal"
+    );
+    assert_eq!(config(&w), w.original);
+    let st = state(&w);
+    assert!(st.journal.is_none() && st.shims.is_empty());
+    assert!(
+        !w.root
+            .resolve("/opt/shim-agent/shims/spin")
+            .unwrap()
+            .exists()
+    );
+    let calls = g.calls.borrow();
+    assert_eq!(calls[..2], ["acquire spin", "renew"]);
+    assert!(
+        calls[2].starts_with("failed: ") && calls[2].contains("renewed"),
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn a_failed_transaction_keeps_its_slot_marked_with_the_reason() {
+    let w = world();
+    let mut f = fake(&w);
+    f.fail_verifies = vec![1];
+    let g = FakeGate::default();
+    apply(&w, &f, &g, vec![shim(&w, "spin", "1")]).unwrap_err();
+    let calls = g.calls.borrow();
+    assert_eq!(calls[..2], ["acquire spin", "renew"]);
+    assert!(
+        calls[2].starts_with("failed: ") && calls[2].contains("CRI plugin failed to load"),
+        "{calls:?}"
+    );
+    assert_eq!(calls.len(), 3, "never released");
+}
