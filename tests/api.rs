@@ -53,6 +53,8 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
             "Role",
             "RoleBinding",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding"
         ]
     );

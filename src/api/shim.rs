@@ -33,6 +33,8 @@ pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     printcolumn(name = "Installed", type_ = "integer", json_path = ".status.nodes.installed"),
     printcolumn(name = "Failed", type_ = "integer", json_path = ".status.nodes.failed"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Slots", type_ = "string", json_path = ".status.rollout.summary"),
+    printcolumn(name = "Halted", type_ = "string", json_path = ".status.conditions[?(@.type==\"RolloutHalted\")].status"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must be a DNS-1123 label: at most 63 lower-case letters, digits or '-', starting and ending with a letter or digit (it is used in node label keys)"),
@@ -231,6 +233,27 @@ pub struct ShimStatus {
     /// Ready, Progressing, Degraded, RolloutHalted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,
+    /// The rollout's slots (docs/design.md §5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+}
+
+/// Where the rollout stands: slots, who holds them, failures.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// N, the slots nodes restart containerd under (absent: no limit, `recreate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<i32>,
+    /// Slots held now (nodes mid-update, and failed nodes keeping theirs).
+    pub in_use: i32,
+    /// Nodes whose failure holds a slot (the first 20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_nodes: Vec<String>,
+    /// True while failures exceed maxFailures: no node takes a new slot.
+    pub halted: bool,
+    /// "in use/N" (or "in use/-" without a limit), for `kubectl get shims`.
+    pub summary: String,
 }
 
 /// How many nodes are in which state.

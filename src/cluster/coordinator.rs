@@ -11,7 +11,7 @@
 //!
 //! Every write is idempotent; finalizer edits are guarded by resourceVersion.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
@@ -26,6 +26,8 @@ use tokio::time::Instant;
 
 use super::election::{LeaseLock, Timings, lead};
 use super::nodestate::parse_states;
+use super::rollout::Rollout;
+use super::slots::SLOT_SHIM_LABEL;
 use super::status::{NodeView, compute_status};
 use super::watch::{Tasks, spawn_reflector};
 use super::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, NAMESPACE, node_label};
@@ -90,12 +92,19 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         Api::<RuntimeClass>::all(client.clone()),
         cfg(),
         "runtimeclasses",
+        tx.clone(),
+    );
+    let (leases, t4) = spawn_reflector(
+        Api::<ShimLease>::namespaced(client.clone(), NAMESPACE),
+        cfg().labels(SLOT_SHIM_LABEL),
+        "slots",
         tx,
     );
-    let _tasks = Tasks(vec![t1, t2, t3]);
+    let _tasks = Tasks(vec![t1, t2, t3, t4]);
     let _ = shims.wait_until_ready().await;
     let _ = nodes.wait_until_ready().await;
     let _ = classes.wait_until_ready().await;
+    let _ = leases.wait_until_ready().await;
     let mut c = Coordinator {
         client,
         config,
@@ -105,7 +114,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         let views = node_views(&nodes);
         let mut next: Option<Instant> = None;
         for shim in shims.state() {
-            let due = match c.reconcile(&shim, &views, &classes).await {
+            let due = match c.reconcile(&shim, &views, &classes, &leases).await {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::warn!(shim = %shim.name_any(), error = %e, "coordinator: cannot reconcile; retrying");
@@ -157,8 +166,14 @@ impl Coordinator {
         shim: &Shim,
         nodes: &[NodeView],
         classes: &Store<RuntimeClass>,
+        leases: &Store<ShimLease>,
     ) -> Result<Option<Instant>, kube::Error> {
         let name = shim.name_any();
+        let rollout = Rollout::of(shim, nodes, leases);
+        let existing_nodes: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        rollout
+            .keep_slots(&self.client, shim, &existing_nodes)
+            .await;
         let shims = Api::<Shim>::all(self.client.clone());
         let deleting = shim.metadata.deletion_timestamp.is_some();
         let has_finalizer = shim.finalizers().iter().any(|f| f == FINALIZER);
@@ -211,7 +226,11 @@ impl Coordinator {
         }
 
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let status = compute_status(shim, nodes, rc_problem, shim.status.as_ref(), &now);
+        let status = rollout.status(
+            compute_status(shim, nodes, rc_problem, shim.status.as_ref(), &now),
+            shim.status.as_ref(),
+            &now,
+        );
         let mut due = None;
         if shim.status.as_ref() != Some(&status) {
             let last = self.last_status_write.get(&name).copied();

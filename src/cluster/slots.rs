@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
 
 /// Label on a slot Lease: the Shim it belongs to.
@@ -114,6 +115,42 @@ impl Slot {
     pub fn is_open(&self) -> bool {
         self.closed.is_none()
     }
+}
+
+/// A slot Lease of `shim` as a [`Slot`] (`None` for another Shim's, or a Lease that is no
+/// slot). An unreadable failure mark still counts as a failure.
+pub fn slot_of(shim: &str, lease: &ShimLease) -> Option<Slot> {
+    let labels = lease.metadata.labels.as_ref()?;
+    if labels.get(SLOT_SHIM_LABEL).map(String::as_str) != Some(shim) {
+        return None;
+    }
+    let index = slot_index(shim, lease.metadata.name.as_deref()?)?;
+    let ann = lease.metadata.annotations.as_ref();
+    let failed = ann.and_then(|a| a.get(SLOT_FAILED)).map(|v| {
+        serde_json::from_str(v).unwrap_or_else(|_| Failure {
+            generation: -1,
+            resume: String::new(),
+            reason: v.clone(),
+        })
+    });
+    Some(Slot {
+        index,
+        holder: lease.spec.holder_identity.clone().filter(|h| !h.is_empty()),
+        failed,
+        closed: ann.and_then(|a| a.get(SLOT_CLOSED)).cloned(),
+        resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
+    })
+}
+
+/// True when the Lease lists the Node `name` among its owners: a holder takes its slot with
+/// its Node as an owner, and only the garbage collector removes it once that Node is gone.
+pub fn owned_by_node(lease: &ShimLease, name: &str) -> bool {
+    lease
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Node" && o.name == name)
 }
 
 /// The resume annotation's value on `shim`.

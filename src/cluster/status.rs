@@ -6,6 +6,7 @@
 //!   uninstall under way; `failed`: nodes whose last attempt at the current generation failed.
 //! - `Ready`: every targeted node serves the handler and the RuntimeClass is the Shim's.
 //! - `Progressing`: some node still has work to do. `Degraded`: some node failed.
+//! - `RolloutHalted`: failures holding slots exceed maxFailures ([`with_rollout`]).
 
 use std::collections::BTreeMap;
 
@@ -13,8 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::node_label;
 use super::nodestate::{NodePhase, NodeStates};
+use super::slots::{Limits, RESUME_ANNOTATION, Slot};
 use super::target::targets;
-use crate::api::{Condition, NodeCounts, Shim, ShimStatus};
+use crate::api::{Condition, NodeCounts, RolloutStatus, Shim, ShimStatus};
 
 /// Most node names quoted in a condition message.
 const MAX_NODES_IN_MESSAGE: usize = 5;
@@ -155,7 +157,78 @@ pub fn compute_status(
         observed_generation: shim.metadata.generation,
         nodes: Some(counts),
         conditions: Some(conds),
+        rollout: None,
     }
+}
+
+/// Most failed nodes named in the rollout status.
+const MAX_FAILED_NODES: usize = 20;
+
+/// `status` with the rollout's slots and the `RolloutHalted` condition (its
+/// `lastTransitionTime` kept from `previous` while its status does not change).
+pub fn with_rollout(
+    mut status: ShimStatus,
+    limits: Limits,
+    slots: &[Slot],
+    halted: bool,
+    previous: Option<&ShimStatus>,
+    now: &Time,
+) -> ShimStatus {
+    let in_use = slots.iter().filter(|s| !s.is_free()).count() as i32;
+    let failed: Vec<&str> = slots
+        .iter()
+        .filter(|s| !s.is_free() && s.failed.is_some())
+        .filter_map(|s| s.holder.as_deref())
+        .collect();
+    let n = limits.slots.map(|n| n as i32);
+    status.rollout = Some(RolloutStatus {
+        slots: n,
+        in_use,
+        failed_nodes: failed
+            .iter()
+            .take(MAX_FAILED_NODES)
+            .map(|s| s.to_string())
+            .collect(),
+        halted,
+        summary: format!(
+            "{in_use}/{}",
+            n.map_or_else(|| "-".to_string(), |n| n.to_string())
+        ),
+    });
+    let mut c = if halted {
+        let mut c = cond_true(
+            "RolloutHalted",
+            "TooManyFailures",
+            format!(
+                "{} failed node(s) exceed maxFailures {} ({}); no node takes a new slot; a new generation or the annotation {RESUME_ANNOTATION} resumes",
+                failed.len(),
+                limits.max_failures,
+                list(&failed)
+            ),
+        );
+        c.severity = Some("Error".into());
+        c
+    } else {
+        cond_false(
+            "RolloutHalted",
+            "Info",
+            "WithinFailureBudget",
+            format!(
+                "{} failed node(s), maxFailures {}",
+                failed.len(),
+                limits.max_failures
+            ),
+        )
+    };
+    let before = previous
+        .and_then(|p| p.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|x| x.type_ == c.type_));
+    c.last_transition_time = match before {
+        Some(b) if b.status == c.status => b.last_transition_time.clone(),
+        _ => Some(now.clone()),
+    };
+    status.conditions.get_or_insert_with(Vec::new).push(c);
+    status
 }
 
 fn list(names: &[&str]) -> String {

@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
 use super::FIELD_MANAGER;
+use super::gate::{GateTimings, SlotGate};
 use super::nodestate::{self, FailureNote, NodeStates};
 use super::round::{UNINSTALL_KEY, change_name, pod_use, real_work, spec_key};
 use super::target::{self, Inputs, NodePlan, PodUse};
@@ -96,6 +97,8 @@ pub struct Agent<'n, 'a, R, H> {
     pub node_wait: Duration,
     /// How often rotated credentials are looked for.
     pub credential_check: Duration,
+    /// How this node waits for rollout slots.
+    pub gate_timings: GateTimings,
     failures: BTreeMap<String, Failure>,
     solo: BTreeSet<String>,
     blocked_seen: BTreeMap<String, Vec<String>>,
@@ -120,6 +123,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             node_name,
             node_wait: Duration::from_secs(60),
             credential_check: Duration::from_secs(super::connect::CREDENTIAL_CHECK_SECS),
+            gate_timings: GateTimings::default(),
             failures: BTreeMap::new(),
             solo: BTreeSet::new(),
             blocked_seen: BTreeMap::new(),
@@ -347,6 +351,13 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             self.node_sync_patch(&current, &view, state, &plan)
         };
         let before = state.clone();
+        let gate = SlotGate::new(
+            self.client.clone(),
+            &self.node_name,
+            &current.uid().unwrap_or_default(),
+            &cluster,
+            self.gate_timings,
+        );
         let (announced, result) = {
             let agent: &Self = self;
             tokio::join!(
@@ -356,7 +367,9 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                         None => None,
                     }
                 },
-                agent.node.apply_with(store, state, plan.changes.clone()),
+                agent
+                    .node
+                    .apply_gated(store, state, plan.changes.clone(), false, &gate),
             )
         };
         if let Some(Ok(n)) = announced {

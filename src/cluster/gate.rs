@@ -1,0 +1,362 @@
+//! The agent's side of the rollout (docs/design.md §5): a [`Gate`] that holds a slot Lease of
+//! every cluster Shim a transaction restarts containerd for.
+//!
+//! # Protocol
+//! - Acquire: one list of the Shim's slots; a slot this node holds is adopted (an agent that
+//!   restarted finds its own). Otherwise the node picks a few candidate slots by rendezvous
+//!   hash of its Node UID, skipping slots held by failed nodes, and watches only those, by
+//!   name. It claims a free open one after a short delay hashed from its UID, with a replace
+//!   guarded by the resourceVersion it read: of two claimants one gets a 409 and goes on
+//!   waiting. The holder's Node becomes an owner of the slot (so a deleted Node's slot can
+//!   be freed, see the admission policy in `api::manifests`).
+//! - Renew: a replace with a new `renewTime`, right before the restart; anything but
+//!   success and the restart does not happen.
+//! - Release: holder, failure mark and Node owner cleared; a slot whose Shim is gone is
+//!   deleted instead (nothing else would collect it).
+//! - Failure: the slot is kept and marked with the Shim generation, the resume token and the
+//!   reason, so capacity shrinks by itself and the coordinator can halt the rollout.
+//!
+//! Static Shims and `recreate` Shims take no slot.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::select_all;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
+use kube::api::{DeleteParams, ListParams, PostParams, WatchParams};
+use kube::{Api, Client, ResourceExt};
+
+use super::NAMESPACE;
+use super::slots::{
+    Claim, Failure, SLOT_FAILED, SLOT_SHIM_LABEL, candidates, claim, claim_delay, resume_token,
+    slot_of,
+};
+use crate::api::lease::ShimLease;
+use crate::api::{RolloutType, Shim};
+use crate::txn::Gate;
+
+/// How a node waits for slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateTimings {
+    /// Candidate slots a waiting node watches.
+    pub candidates: usize,
+    /// Longest hashed delay before a claim.
+    pub claim_delay_max: Duration,
+    /// How long a wait lasts before the slots are listed again (N or failures may change).
+    pub relist: Duration,
+}
+
+impl Default for GateTimings {
+    fn default() -> Self {
+        GateTimings {
+            candidates: 2,
+            claim_delay_max: Duration::from_millis(200),
+            relist: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Slots of the cluster's Shims, for one transaction of one node.
+pub struct SlotGate<'a> {
+    api: Api<ShimLease>,
+    me: String,
+    my_uid: String,
+    cluster: &'a [Shim],
+    timings: GateTimings,
+    /// (Shim, slot Lease as last written) for each slot held.
+    held: Mutex<Vec<(&'a Shim, ShimLease)>>,
+}
+
+fn now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 404)
+}
+
+impl<'a> SlotGate<'a> {
+    pub fn new(
+        client: Client,
+        me: &str,
+        my_uid: &str,
+        cluster: &'a [Shim],
+        timings: GateTimings,
+    ) -> Self {
+        SlotGate {
+            api: Api::namespaced(client, NAMESPACE),
+            me: me.to_string(),
+            my_uid: my_uid.to_string(),
+            cluster,
+            timings,
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn held(&self) -> Vec<(&'a Shim, ShimLease)> {
+        self.held.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    fn set_held(&self, v: Vec<(&'a Shim, ShimLease)>) {
+        if let Ok(mut h) = self.held.lock() {
+            *h = v;
+        }
+    }
+
+    /// `lease` taken by this node (holder, times, and its Node as an owner).
+    fn taken(&self, mut lease: ShimLease) -> ShimLease {
+        let t = now();
+        if lease.spec.holder_identity.as_deref() != Some(self.me.as_str()) {
+            lease.spec.holder_identity = Some(self.me.clone());
+            lease.spec.acquire_time = Some(t.clone());
+            lease.spec.lease_transitions = Some(lease.spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        lease.spec.renew_time = Some(t);
+        let refs = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+        if !refs.iter().any(|o| o.kind == "Node" && o.name == self.me) {
+            refs.push(OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: self.me.clone(),
+                uid: self.my_uid.clone(),
+                ..OwnerReference::default()
+            });
+        }
+        lease
+    }
+
+    async fn acquire_one(&self, shim: &Shim) -> Result<ShimLease, String> {
+        let name = shim.name_any();
+        let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
+        loop {
+            let list = self
+                .api
+                .list(&lp)
+                .await
+                .map_err(|e| format!("cannot list the slots of {name}: {e}"))?;
+            let rv = list.metadata.resource_version.clone().unwrap_or_default();
+            let leases: Vec<ShimLease> = list.items;
+            let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(&name, l)).collect();
+            let n = slots
+                .iter()
+                .filter(|s| s.closed.as_deref() != Some("retired"))
+                .count() as u32;
+            let skip: BTreeSet<u32> = slots
+                .iter()
+                .filter(|s| !s.is_free() && s.failed.is_some())
+                .map(|s| s.index)
+                .collect();
+            let cands = candidates(&self.my_uid, &name, n, self.timings.candidates, &skip);
+            let pick = |i: u32| {
+                leases
+                    .iter()
+                    .find(|l| slot_of(&name, l).is_some_and(|s| s.index == i))
+                    .cloned()
+            };
+            match claim(&self.me, &slots, &cands) {
+                Claim::Adopt(i) => {
+                    if let Some(l) = pick(i) {
+                        tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
+                        match self
+                            .api
+                            .replace(&l.name_any(), &PostParams::default(), &self.taken(l))
+                            .await
+                        {
+                            Ok(l) => return Ok(l),
+                            Err(e) if gone(&e) => continue,
+                            Err(e) => return Err(format!("cannot renew slot {i} of {name}: {e}")),
+                        }
+                    }
+                }
+                Claim::Take(i) => {
+                    tokio::time::sleep(claim_delay(
+                        &self.my_uid,
+                        &name,
+                        self.timings.claim_delay_max,
+                    ))
+                    .await;
+                    let Ok(l) = self.api.get(&super::slots::slot_name(&name, i)).await else {
+                        continue;
+                    };
+                    let fresh = slot_of(&name, &l);
+                    if !fresh.is_some_and(|s| s.is_free() && s.is_open()) {
+                        continue;
+                    }
+                    match self
+                        .api
+                        .replace(&l.name_any(), &PostParams::default(), &self.taken(l))
+                        .await
+                    {
+                        Ok(l) => {
+                            tracing::info!(shim = %name, slot = i, "took a rollout slot");
+                            return Ok(l);
+                        }
+                        Err(e) if gone(&e) => continue,
+                        Err(e) => return Err(format!("cannot take slot {i} of {name}: {e}")),
+                    }
+                }
+                Claim::Wait => self.wait_for(&name, &cands, &rv).await,
+            }
+        }
+    }
+
+    /// Until one of the candidate slots changes (watched by name), or the relist time.
+    async fn wait_for(&self, shim: &str, cands: &[u32], rv: &str) {
+        let secs = self.timings.relist.as_secs().clamp(1, 290) as u32;
+        let mut streams = Vec::new();
+        for i in cands {
+            let wp = WatchParams::default()
+                .fields(&format!(
+                    "metadata.name={}",
+                    super::slots::slot_name(shim, *i)
+                ))
+                .timeout(secs);
+            if let Ok(s) = self.api.watch(&wp, rv).await {
+                streams.push(s.boxed());
+            }
+        }
+        if cands.is_empty() {
+            // No usable slot yet: the coordinator has not created them (a new Shim), or
+            // every one is held by a failed node. Watch this Shim's slots until one appears.
+            let wp = WatchParams::default()
+                .labels(&format!("{SLOT_SHIM_LABEL}={shim}"))
+                .timeout(secs);
+            if let Ok(s) = self.api.watch(&wp, rv).await {
+                streams.push(s.boxed());
+            }
+        }
+        let relist = tokio::time::sleep(self.timings.relist);
+        if streams.is_empty() {
+            relist.await;
+            return;
+        }
+        let mut all = select_all(streams);
+        tokio::select! {
+            _ = all.next() => {}
+            _ = relist => {}
+        }
+    }
+
+    /// Replace `lease` after `edit`, re-reading it on a 409 while this node still holds it.
+    async fn write_own(
+        &self,
+        lease: ShimLease,
+        edit: impl Fn(ShimLease) -> ShimLease,
+    ) -> Result<ShimLease, String> {
+        let name = lease.name_any();
+        let mut cur = lease;
+        for _ in 0..3 {
+            match self
+                .api
+                .replace(&name, &PostParams::default(), &edit(cur.clone()))
+                .await
+            {
+                Ok(l) => return Ok(l),
+                Err(e) if gone(&e) => {
+                    cur = self
+                        .api
+                        .get(&name)
+                        .await
+                        .map_err(|e| format!("slot {name}: {e}"))?;
+                    if cur.spec.holder_identity.as_deref() != Some(self.me.as_str()) {
+                        return Err(format!("slot {name} is no longer held by {}", self.me));
+                    }
+                }
+                Err(e) => return Err(format!("slot {name}: {e}")),
+            }
+        }
+        Err(format!("slot {name} keeps changing"))
+    }
+}
+
+fn rolls_out(shim: &Shim) -> bool {
+    !shim
+        .spec
+        .rollout_strategy
+        .as_ref()
+        .is_some_and(|s| s.type_ == RolloutType::Recreate)
+}
+
+impl Gate for SlotGate<'_> {
+    async fn acquire(&self, shims: &[String]) -> Result<(), String> {
+        let mut held = self.held();
+        for name in shims {
+            let Some(shim) = self.cluster.iter().find(|s| s.name_any() == *name) else {
+                continue; // a static Shim: the node's own, no rollout
+            };
+            if !rolls_out(shim) || held.iter().any(|(s, _)| s.name_any() == *name) {
+                continue;
+            }
+            let lease = self.acquire_one(shim).await?;
+            held.push((shim, lease));
+            self.set_held(held.clone());
+        }
+        Ok(())
+    }
+
+    async fn renew(&self) -> Result<(), String> {
+        let mut out = Vec::new();
+        for (shim, lease) in self.held() {
+            let l = self.write_own(lease, |l| self.taken(l)).await?;
+            out.push((shim, l));
+        }
+        self.set_held(out);
+        Ok(())
+    }
+
+    async fn release(&self) {
+        for (shim, lease) in self.held() {
+            let shim_gone = !lease
+                .owner_references()
+                .iter()
+                .any(|o| o.kind == "Shim" && Some(&o.uid) == shim.metadata.uid.as_ref());
+            if shim_gone {
+                let _ = self
+                    .api
+                    .delete(&lease.name_any(), &DeleteParams::default())
+                    .await;
+                continue;
+            }
+            let r = self
+                .write_own(lease, |mut l| {
+                    l.spec.holder_identity = None;
+                    l.annotations_mut().remove(SLOT_FAILED);
+                    if let Some(refs) = l.metadata.owner_references.as_mut() {
+                        refs.retain(|o| !(o.kind == "Node" && o.name == self.me));
+                    }
+                    l
+                })
+                .await;
+            match r {
+                Ok(_) => tracing::debug!(shim = %shim.name_any(), "released the rollout slot"),
+                Err(e) => {
+                    tracing::warn!(shim = %shim.name_any(), error = %e, "cannot release the rollout slot")
+                }
+            }
+        }
+        self.set_held(Vec::new());
+    }
+
+    async fn failed(&self, reason: &str) {
+        for (shim, lease) in self.held() {
+            let f = Failure {
+                generation: shim.metadata.generation.unwrap_or_default(),
+                resume: resume_token(shim),
+                reason: reason.chars().take(256).collect(),
+            };
+            let mark = serde_json::to_string(&f).unwrap_or_default();
+            let r = self
+                .write_own(lease, |mut l| {
+                    l.annotations_mut().insert(SLOT_FAILED.into(), mark.clone());
+                    l
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(shim = %shim.name_any(), error = %e, "cannot mark the rollout slot failed");
+            }
+        }
+        self.set_held(Vec::new());
+    }
+}

@@ -1,0 +1,162 @@
+//! The coordinator's side of the rollout (docs/design.md §5, §6): each Shim's slot Leases kept
+//! as [`plan_slots`] says, and the rollout part of its status.
+//!
+//! Every write is guarded by the resourceVersion the coordinator's watch last saw; a 409 or
+//! a 404 means someone moved first, and the next round (on the next watch event) plans again
+//! from what it sees then.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource, ResourceExt};
+
+use super::NAMESPACE;
+use super::slots::{
+    Limits, SLOT_CLOSED, SLOT_FAILED, SLOT_SHIM_LABEL, Slot, SlotAction, halted, limits,
+    owned_by_node, plan_slots, resume_token, slot_name, slot_of,
+};
+use super::status::{NodeView, with_rollout};
+use super::target::targets;
+use crate::api::lease::{ShimLease, ShimLeaseSpec};
+use crate::api::{Shim, ShimStatus};
+
+/// The slots of `shim` the coordinator sees, with their Leases.
+pub fn slots_of(shim: &str, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
+    leases
+        .state()
+        .iter()
+        .filter_map(|l| slot_of(shim, l).map(|s| (s, (**l).clone())))
+        .collect()
+}
+
+/// Where a Shim's rollout stands.
+pub struct Rollout {
+    pub limits: Limits,
+    pub halted: bool,
+    pub slots: Vec<(Slot, ShimLease)>,
+}
+
+impl Rollout {
+    pub fn of(shim: &Shim, nodes: &[NodeView], leases: &Store<ShimLease>) -> Rollout {
+        let targeted = nodes.iter().filter(|n| targets(shim, &n.labels)).count() as u32;
+        let limits = limits(shim, targeted);
+        let slots = slots_of(&shim.name_any(), leases);
+        let plain: Vec<Slot> = slots.iter().map(|(s, _)| s.clone()).collect();
+        let halted = halted(
+            &plain,
+            limits,
+            shim.metadata.generation.unwrap_or_default(),
+            &resume_token(shim),
+        );
+        Rollout {
+            limits,
+            halted,
+            slots,
+        }
+    }
+
+    /// `status` with this rollout's part.
+    pub fn status(
+        &self,
+        status: ShimStatus,
+        previous: Option<&ShimStatus>,
+        now: &Time,
+    ) -> ShimStatus {
+        let plain: Vec<Slot> = self.slots.iter().map(|(s, _)| s.clone()).collect();
+        with_rollout(status, self.limits, &plain, self.halted, previous, now)
+    }
+
+    /// Make the slot Leases what the rules say. `nodes`: the Nodes that exist.
+    pub async fn keep_slots(&self, client: &Client, shim: &Shim, nodes: &BTreeSet<String>) {
+        let api = Api::<ShimLease>::namespaced(client.clone(), NAMESPACE);
+        let plain: Vec<Slot> = self.slots.iter().map(|(s, _)| s.clone()).collect();
+        // A holder whose Node is gone *and* whose owner reference the garbage collector
+        // removed: the admission policy lets the coordinator free only such a slot.
+        let gone = |s: &Slot| {
+            let Some(h) = s.holder.as_deref() else {
+                return false;
+            };
+            let lease = self.slots.iter().find(|(x, _)| x.index == s.index);
+            !nodes.contains(h) && lease.is_some_and(|(_, l)| !owned_by_node(l, h))
+        };
+        let name = shim.name_any();
+        for action in plan_slots(self.limits, self.halted, &plain, gone) {
+            let lease = |i: u32| {
+                self.slots
+                    .iter()
+                    .find(|(s, _)| s.index == i)
+                    .map(|(_, l)| l.clone())
+            };
+            let result = match &action {
+                SlotAction::Create { index, closed } => {
+                    let l = new_slot(shim, *index, closed.as_deref());
+                    api.create(&PostParams::default(), &l).await.map(|_| ())
+                }
+                SlotAction::Delete {
+                    index,
+                    resource_version,
+                } => {
+                    let dp = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            resource_version: Some(resource_version.clone()),
+                            uid: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    api.delete(&slot_name(&name, *index), &dp).await.map(|_| ())
+                }
+                SlotAction::Mark { index, closed, .. } => match lease(*index) {
+                    Some(mut l) => {
+                        match closed {
+                            Some(c) => {
+                                l.annotations_mut().insert(SLOT_CLOSED.into(), c.clone());
+                            }
+                            None => {
+                                l.annotations_mut().remove(SLOT_CLOSED);
+                            }
+                        }
+                        api.replace(&l.name_any(), &PostParams::default(), &l)
+                            .await
+                            .map(|_| ())
+                    }
+                    None => Ok(()),
+                },
+                SlotAction::Free { index, .. } => match lease(*index) {
+                    Some(mut l) => {
+                        tracing::warn!(shim = %name, slot = index, holder = ?l.spec.holder_identity, "freeing the slot of a deleted Node");
+                        l.spec.holder_identity = None;
+                        l.annotations_mut().remove(SLOT_FAILED);
+                        api.replace(&l.name_any(), &PostParams::default(), &l)
+                            .await
+                            .map(|_| ())
+                    }
+                    None => Ok(()),
+                },
+            };
+            match result {
+                Ok(()) => tracing::debug!(shim = %name, ?action, "slot written"),
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+                    tracing::debug!(shim = %name, ?action, "slot moved meanwhile; next round")
+                }
+                Err(e) => tracing::warn!(shim = %name, ?action, error = %e, "cannot write a slot"),
+            }
+        }
+    }
+}
+
+/// A new slot Lease: labelled with its Shim, owned by it (deleted with it).
+fn new_slot(shim: &Shim, index: u32, closed: Option<&str>) -> ShimLease {
+    let mut l = ShimLease::new(
+        &slot_name(&shim.name_any(), index),
+        ShimLeaseSpec::default(),
+    );
+    l.metadata.namespace = Some(NAMESPACE.into());
+    l.metadata.labels = Some([(SLOT_SHIM_LABEL.to_string(), shim.name_any())].into());
+    l.metadata.owner_references = shim.controller_owner_ref(&()).map(|o| vec![o]);
+    if let Some(c) = closed {
+        l.metadata.annotations = Some([(SLOT_CLOSED.to_string(), c.to_string())].into());
+    }
+    l
+}
