@@ -346,6 +346,7 @@ fn cmd_run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
                     },
                     node_wait: secs(k.node_wait_secs),
                     credential_check: secs(cluster::connect::CREDENTIAL_CHECK_SECS),
+                    gate: cluster::gate::GateTimings::default(),
                 };
                 tracing::info!(unit = %node.profile.unit, config = %node.profile.config, node = %config.node_name, "shim-agent running (cluster and static Shims)");
                 cluster::session::run(&node, config, rx).await

@@ -30,8 +30,8 @@ use kube::{Api, Client, ResourceExt};
 
 use super::NAMESPACE;
 use super::slots::{
-    Claim, Failure, SLOT_FAILED, SLOT_SHIM_LABEL, candidates, claim, claim_delay, resume_token,
-    slot_of,
+    Claim, Failure, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL, candidates, claim,
+    claim_delay, resume_token, slot_of,
 };
 use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
@@ -46,6 +46,9 @@ pub struct GateTimings {
     pub claim_delay_max: Duration,
     /// How long a wait lasts before the slots are listed again (N or failures may change).
     pub relist: Duration,
+    /// Added to this node's wall clock in the times it writes (tests: skewed clocks; the
+    /// protocol never compares them with another node's clock).
+    pub clock_skew_secs: i64,
 }
 
 impl Default for GateTimings {
@@ -54,6 +57,7 @@ impl Default for GateTimings {
             candidates: 2,
             claim_delay_max: Duration::from_millis(200),
             relist: Duration::from_secs(30),
+            clock_skew_secs: 0,
         }
     }
 }
@@ -67,10 +71,16 @@ pub struct SlotGate<'a> {
     timings: GateTimings,
     /// (Shim, slot Lease as last written) for each slot held.
     held: Mutex<Vec<(&'a Shim, ShimLease)>>,
+    /// Waiting for a slot ends when this turns true.
+    shutdown: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
-fn now() -> MicroTime {
-    MicroTime(k8s_openapi::jiff::Timestamp::now())
+fn now(skew_secs: i64) -> MicroTime {
+    let t = k8s_openapi::jiff::Timestamp::now();
+    MicroTime(
+        t.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(skew_secs))
+            .unwrap_or(t),
+    )
 }
 
 fn gone(e: &kube::Error) -> bool {
@@ -92,6 +102,37 @@ impl<'a> SlotGate<'a> {
             cluster,
             timings,
             held: Mutex::new(Vec::new()),
+            shutdown: None,
+        }
+    }
+
+    /// End any wait for a slot when `shutdown` turns true (the transaction then aborts before
+    /// anything on the host changed).
+    pub fn until(mut self, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.shutdown = Some(shutdown);
+        self
+    }
+
+    /// At start: give back slots this node holds from before (an agent that crashed after
+    /// its transaction), except failed ones, which stay until a retry succeeds.
+    pub async fn release_leftovers(client: Client, me: &str) {
+        let api: Api<ShimLease> = Api::namespaced(client, NAMESPACE);
+        let lp = ListParams::default().labels(&format!("{SLOT_HOLDER_LABEL}={me}"));
+        let Ok(list) = api.list(&lp).await else {
+            return;
+        };
+        for mut l in list.items {
+            let failed = l.annotations().contains_key(SLOT_FAILED);
+            if failed || l.spec.holder_identity.as_deref() != Some(me) {
+                continue;
+            }
+            tracing::info!(slot = %l.name_any(), "releasing a slot left from before this start");
+            l.spec.holder_identity = None;
+            l.labels_mut().remove(SLOT_HOLDER_LABEL);
+            if let Some(refs) = l.metadata.owner_references.as_mut() {
+                refs.retain(|o| !(o.kind == "Node" && o.name == me));
+            }
+            let _ = api.replace(&l.name_any(), &PostParams::default(), &l).await;
         }
     }
 
@@ -107,13 +148,17 @@ impl<'a> SlotGate<'a> {
 
     /// `lease` taken by this node (holder, times, and its Node as an owner).
     fn taken(&self, mut lease: ShimLease) -> ShimLease {
-        let t = now();
+        let t = now(self.timings.clock_skew_secs);
         if lease.spec.holder_identity.as_deref() != Some(self.me.as_str()) {
             lease.spec.holder_identity = Some(self.me.clone());
             lease.spec.acquire_time = Some(t.clone());
             lease.spec.lease_transitions = Some(lease.spec.lease_transitions.unwrap_or(0) + 1);
         }
         lease.spec.renew_time = Some(t);
+        lease.annotations_mut().remove(SLOT_FREED);
+        lease
+            .labels_mut()
+            .insert(SLOT_HOLDER_LABEL.into(), self.me.clone());
         let refs = lease.metadata.owner_references.get_or_insert_with(Vec::new);
         if !refs.iter().any(|o| o.kind == "Node" && o.name == self.me) {
             refs.push(OwnerReference {
@@ -131,6 +176,9 @@ impl<'a> SlotGate<'a> {
         let name = shim.name_any();
         let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
         loop {
+            if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
+                return Err("the agent is shutting down".into());
+            }
             let list = self
                 .api
                 .list(&lp)
@@ -233,9 +281,16 @@ impl<'a> SlotGate<'a> {
             return;
         }
         let mut all = select_all(streams);
+        let mut shutdown = self.shutdown.clone();
         tokio::select! {
             _ = all.next() => {}
             _ = relist => {}
+            _ = async {
+                match shutdown.as_mut() {
+                    Some(s) => { let _ = s.changed().await; }
+                    None => std::future::pending().await,
+                }
+            } => {}
         }
     }
 
@@ -323,6 +378,7 @@ impl Gate for SlotGate<'_> {
                 .write_own(lease, |mut l| {
                     l.spec.holder_identity = None;
                     l.annotations_mut().remove(SLOT_FAILED);
+                    l.labels_mut().remove(SLOT_HOLDER_LABEL);
                     if let Some(refs) = l.metadata.owner_references.as_mut() {
                         refs.retain(|o| !(o.kind == "Node" && o.name == self.me));
                     }

@@ -14,8 +14,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use super::NAMESPACE;
 use super::slots::{
-    Limits, SLOT_CLOSED, SLOT_FAILED, SLOT_SHIM_LABEL, Slot, SlotAction, halted, limits,
-    owned_by_node, plan_slots, resume_token, slot_name, slot_of,
+    Limits, SLOT_CLOSED, SLOT_FAILED, SLOT_FREED, SLOT_SHIM_LABEL, Slot, SlotAction, halted,
+    limits, owned_by_node, plan_slots, resume_token, slot_name, slot_of,
 };
 use super::status::{NodeView, with_rollout};
 use super::target::targets;
@@ -126,8 +126,10 @@ impl Rollout {
                 SlotAction::Free { index, .. } => match lease(*index) {
                     Some(mut l) => {
                         tracing::warn!(shim = %name, slot = index, holder = ?l.spec.holder_identity, "freeing the slot of a deleted Node");
-                        l.spec.holder_identity = None;
+                        let holder = l.spec.holder_identity.take().unwrap_or_default();
                         l.annotations_mut().remove(SLOT_FAILED);
+                        l.annotations_mut().insert(SLOT_FREED.into(), holder);
+                        l.labels_mut().remove(super::slots::SLOT_HOLDER_LABEL);
                         api.replace(&l.name_any(), &PostParams::default(), &l)
                             .await
                             .map(|_| ())

@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, watch as tokio_watch};
 use super::agent::{Agent, Exit};
 use super::connect::{self, CredentialWatch, Source};
 use super::coordinator::{self, CoordinatorConfig};
+use super::gate::GateTimings;
 use crate::txn::{HealthCheck, Node, Restarter};
 
 /// Settings of a cluster session.
@@ -20,6 +21,8 @@ pub struct SessionConfig {
     pub node_wait: Duration,
     /// How often rotated credentials are looked for.
     pub credential_check: Duration,
+    /// How this node waits for rollout slots.
+    pub gate: GateTimings,
 }
 
 /// Run until `shutdown` turns true.
@@ -45,6 +48,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
         let mut agent = Agent::new(node, client, config.node_name.clone());
         agent.node_wait = config.node_wait;
         agent.credential_check = config.credential_check;
+        agent.gate_timings = config.gate;
         let exit = agent
             .run(&store, &mut state, shutdown.clone(), &mut files, || {
                 credentials.changed()

@@ -9,13 +9,14 @@
 //!   `rolloutStrategy` a Shim rolls with N = 1 and maxFailures 0: one node at a time, and the
 //!   first failure halts.
 //! - A slot is *free* when it has no holder, and *open* when it carries no close mark. Nodes
-//!   take only free open slots. The coordinator keeps `held + free open ≤ N`, so however
-//!   agents race, never more than N nodes hold a slot opened under the current N: when N
-//!   shrinks, slots above it are retired (closed, deleted once free), and free slots below
-//!   it stay closed until holders above the new bound are gone.
+//!   take only free open slots, and a release keeps the mark. The coordinator keeps
+//!   `held + free open ≤ N`, so however agents race, no node takes a slot beyond the current
+//!   N: when N shrinks, slots above it are retired (closed, deleted once free), and the
+//!   other slots, held or free, stay closed until the holders fit the new bound.
 //! - A failed node keeps its slot, marked with the failure, so capacity shrinks by itself.
 //!   Failures of the Shim's current generation since the last resume count; more than
-//!   maxFailures halts the rollout: every free slot is closed, nodes mid-update finish. A new
+//!   maxFailures halts the rollout: every slot is closed, nodes mid-update finish (and their
+//!   slots stay closed when they release them). A new
 //!   generation or a new value of the resume annotation on the Shim reopens it.
 //! - Nothing frees a live node's slot on a timer, unless a stale timeout is configured; a
 //!   deleted Node's slot is freed.
@@ -33,10 +34,14 @@ use crate::api::{RolloutType, Shim};
 
 /// Label on a slot Lease: the Shim it belongs to.
 pub const SLOT_SHIM_LABEL: &str = "containerd.x-k8s.io/slot-of";
+/// Label on a held slot Lease: its holder (so a node finds its own slots at start).
+pub const SLOT_HOLDER_LABEL: &str = "containerd.x-k8s.io/slot-holder";
 /// Annotation on a slot Lease: JSON [`Failure`] of the node holding it.
 pub const SLOT_FAILED: &str = "containerd.x-k8s.io/slot-failed";
 /// Annotation on a slot Lease: why nobody may take it now (`halted`, `retired`, `budget`).
 pub const SLOT_CLOSED: &str = "containerd.x-k8s.io/slot-closed";
+/// Annotation on a slot Lease the coordinator freed: the holder whose Node was deleted.
+pub const SLOT_FREED: &str = "containerd.x-k8s.io/slot-freed-from";
 /// Annotation on a Shim: a new value resumes a halted rollout.
 pub const RESUME_ANNOTATION: &str = "containerd.x-k8s.io/resume-rollout";
 
@@ -271,8 +276,25 @@ pub fn plan_slots(
                     });
                 }
             }
-            // Held: a holder finishes whatever the marks say.
-            Some(_) => {}
+            // Held: the holder finishes whatever the mark says, but the mark decides whether
+            // the slot is open once released. Closed while halted, and while more nodes hold
+            // slots than N allows (after N shrank), so no release lets a new node in.
+            Some(s) => {
+                let closed = if halted {
+                    Some("halted".to_string())
+                } else if held > n {
+                    Some("budget".to_string())
+                } else {
+                    None
+                };
+                if closed != s.closed {
+                    out.push(SlotAction::Mark {
+                        index,
+                        closed,
+                        resource_version: s.resource_version.clone(),
+                    });
+                }
+            }
         }
     }
     out

@@ -141,13 +141,23 @@ fn shrinking_never_leaves_room_for_more_than_the_new_bound() {
         .map(|s| s.index)
         .collect();
     assert_eq!(retired, [2, 3, 4]);
+    assert!(
+        slots[..2]
+            .iter()
+            .all(|s| s.closed.as_deref() == Some("budget")),
+        "held slots below the bound close too while 5 > 2 hold: {slots:?}"
+    );
     // holders finish one by one; no free slot may open until fewer than 2 are held
     for done in 0..5u32 {
         slots.iter_mut().find(|s| s.index == done).unwrap().holder = None;
         let a = plan_slots(lim(2), false, &slots, |_| false);
         apply(&mut slots, &a);
         let held = slots.iter().filter(|s| !s.is_free()).count();
-        assert!(capacity(&slots) <= 2.max(held), "after {done}: {slots:?}");
+        let free_open = slots.iter().filter(|s| s.is_free() && s.is_open()).count();
+        assert!(
+            free_open <= 2usize.saturating_sub(held),
+            "after {done}: {slots:?}"
+        );
         assert!(
             slots.iter().all(|s| s.index < 2 || !s.is_free()),
             "free retired slots are deleted"

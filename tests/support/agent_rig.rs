@@ -66,6 +66,7 @@ impl Rig {
             coordinator: fast(),
             node_wait: Duration::from_secs(10),
             credential_check: Duration::from_millis(500),
+            gate: shim_agent::cluster::gate::GateTimings::default(),
         }
     }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod agent_rig;
+pub mod fleet;
 pub mod kube;
 pub mod live;
 

@@ -99,6 +99,7 @@ pub struct Agent<'n, 'a, R, H> {
     pub credential_check: Duration,
     /// How this node waits for rollout slots.
     pub gate_timings: GateTimings,
+    shutdown: Option<tokio_watch::Receiver<bool>>,
     failures: BTreeMap<String, Failure>,
     solo: BTreeSet<String>,
     blocked_seen: BTreeMap<String, Vec<String>>,
@@ -124,6 +125,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             node_wait: Duration::from_secs(60),
             credential_check: Duration::from_secs(super::connect::CREDENTIAL_CHECK_SECS),
             gate_timings: GateTimings::default(),
+            shutdown: None,
             failures: BTreeMap::new(),
             solo: BTreeSet::new(),
             blocked_seen: BTreeMap::new(),
@@ -188,6 +190,8 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             return Ok(exit);
         }
         tracing::info!(node = %self.node_name, "watching Shims, this Node and its pods");
+        SlotGate::release_leftovers(self.client.clone(), &self.node_name).await;
+        self.shutdown = Some(shutdown.clone());
         let mut last_fp = None;
         loop {
             let due = self.next_due();
@@ -358,6 +362,10 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             &cluster,
             self.gate_timings,
         );
+        let gate = match &self.shutdown {
+            Some(s) => gate.until(s.clone()),
+            None => gate,
+        };
         let (announced, result) = {
             let agent: &Self = self;
             tokio::join!(

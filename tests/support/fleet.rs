@@ -1,0 +1,448 @@
+//! A fleet of agents in one process against the real API server (docs/design.md §5): the real
+//! agent code (session, coordinator election, slot gate, transaction engine) per node, each
+//! with its own Node object and a simulated host whose containerd restart takes a set time.
+//! Some hosts fail, some agents crash mid-restart and start again, some Nodes are deleted
+//! while they hold a slot, and every agent writes times from its own skewed clock.
+//!
+//! A checker watches the Shim's slot Leases and the hosts report their restarts; together
+//! they assert, as it happens:
+//! - never more than N nodes restarting containerd, and never more than N slot holders;
+//! - no restart without a fresh renewal of the node's slot, read back from the API server;
+//! - no slot taken once the coordinator closed them all for a halt;
+//! - a deleted Node's slot freed, and a live node's slot never freed by anyone but itself.
+#![allow(dead_code)]
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use shim_agent::api::lease::ShimLease;
+use shim_agent::cluster::connect::Source;
+use shim_agent::cluster::gate::GateTimings;
+use shim_agent::cluster::session::{self, SessionConfig};
+use shim_agent::cluster::slots::{SLOT_CLOSED, SLOT_FREED, SLOT_SHIM_LABEL};
+use shim_agent::cluster::{NAMESPACE, node_label};
+use shim_agent::state::Origin;
+use shim_agent::txn::{HealthCheck, Restarter};
+
+use super::agent_rig::fast;
+use super::kube::{KubeEnv, eventually};
+use super::live::{FakeContainerd, World, fake, world};
+use super::{Entry, real_elf, sha256_hex, tar_gz};
+
+/// One fleet run.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    pub run: String,
+    pub agents: usize,
+    /// `maxUpdate` as YAML (`1`, `10`, `"5%"`).
+    pub max_update: String,
+    pub max_failures: i32,
+    /// How long each containerd restart takes.
+    pub restart: Duration,
+    /// Hosts whose containerd never serves the handler (every attempt rolls back).
+    pub failing: BTreeSet<usize>,
+    /// Agents killed in the middle of their first restart, started again a moment later.
+    pub crashing: BTreeSet<usize>,
+    /// Nodes deleted while they restart (holding their slot).
+    pub deleted: BTreeSet<usize>,
+    /// How long the whole rollout may take.
+    pub deadline: Duration,
+}
+
+/// What a run measured and the invariants it broke (none, for a pass).
+#[derive(Debug, Default)]
+pub struct FleetReport {
+    pub slots: usize,
+    pub elapsed: Duration,
+    pub installed: usize,
+    pub peak_restarting: usize,
+    pub peak_holders: usize,
+    pub restarts: usize,
+    pub halted: bool,
+    pub slot_events: usize,
+    pub violations: Vec<String>,
+    /// (seconds since start, restarting, holders) at every change.
+    pub timeline: Vec<(f64, usize, usize)>,
+}
+
+#[derive(Default)]
+struct Shared {
+    restarting: usize,
+    holders: usize,
+    peak_restarting: usize,
+    peak_holders: usize,
+    restarts: usize,
+    violations: Vec<String>,
+    timeline: Vec<(f64, usize, usize)>,
+    slot_events: usize,
+}
+
+type SharedRef = Arc<Mutex<Shared>>;
+
+fn note(shared: &SharedRef, t0: Instant, f: impl FnOnce(&mut Shared)) {
+    let mut s = shared.lock().unwrap();
+    f(&mut s);
+    let (r, h) = (s.restarting, s.holders);
+    s.peak_restarting = s.peak_restarting.max(r);
+    s.peak_holders = s.peak_holders.max(h);
+    s.timeline.push((t0.elapsed().as_secs_f64(), r, h));
+}
+
+/// One restart under way; it ends when dropped (also when the agent is killed mid-restart).
+struct Restarting {
+    shared: SharedRef,
+    t0: Instant,
+}
+
+impl Restarting {
+    fn start(shared: &SharedRef, t0: Instant) -> Restarting {
+        note(shared, t0, |s| {
+            s.restarting += 1;
+            s.restarts += 1;
+        });
+        Restarting {
+            shared: shared.clone(),
+            t0,
+        }
+    }
+}
+
+impl Drop for Restarting {
+    fn drop(&mut self) {
+        note(&self.shared, self.t0, |s| s.restarting -= 1);
+    }
+}
+
+/// A simulated host: the scripted containerd of `live`, restarts counted fleet-wide, and
+/// each restart checked against the node's slot on the API server.
+struct Host {
+    name: String,
+    inner: FakeContainerd,
+    shared: SharedRef,
+    t0: Instant,
+    slots: Api<ShimLease>,
+    shim: String,
+    /// Set when this host's agent is to be killed during its restart.
+    crash: Rc<Cell<bool>>,
+    crash_on_restart: Cell<bool>,
+    delete_on_restart: Cell<bool>,
+    nodes: Api<KubeNode>,
+}
+
+impl Restarter for &Host {
+    async fn restart(&self, unit: &str) -> Result<(), String> {
+        // A restart needs this node's slot, renewed within the last few seconds.
+        let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={}", self.shim));
+        let fresh = match self.slots.list(&lp).await {
+            Ok(list) => list.items.iter().any(|l| {
+                l.spec.holder_identity.as_deref() == Some(&self.name)
+                    && l.annotations().get(SLOT_FREED).is_none()
+            }),
+            Err(_) => true, // the API server is busy: cannot tell, do not count
+        };
+        if !fresh {
+            note(&self.shared, self.t0, |s| {
+                s.violations.push(format!(
+                    "{} restarted containerd without holding a slot",
+                    self.name
+                ))
+            });
+        }
+        // A deleted Node's slot is freed for another node while this host may still be
+        // restarting: from then on this host is not one of the fleet's nodes.
+        let deleting = self.delete_on_restart.replace(false);
+        let _counted = (!deleting).then(|| Restarting::start(&self.shared, self.t0));
+        if deleting {
+            let _ = self
+                .nodes
+                .delete(&self.name, &DeleteParams::default())
+                .await;
+        }
+        if self.crash_on_restart.replace(false) {
+            self.crash.set(true);
+        }
+        (&self.inner).restart(unit).await
+    }
+}
+
+impl HealthCheck for &Host {
+    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+        (&self.inner).verify(present, absent).await
+    }
+}
+
+/// Watch the slots; keep the holder count and check each change.
+async fn checker(
+    client: Client,
+    shim: String,
+    deleted: BTreeSet<String>,
+    shared: SharedRef,
+    t0: Instant,
+    n: usize,
+) {
+    let api: Api<ShimLease> = Api::namespaced(client, NAMESPACE);
+    let cfg = watcher::Config::default().labels(&format!("{SLOT_SHIM_LABEL}={shim}"));
+    let mut stream = watcher(api, cfg).applied_objects().boxed();
+    let mut seen: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    while let Some(Ok(l)) = stream.next().await {
+        let holder = l.spec.holder_identity.clone().unwrap_or_default();
+        let closed = l.annotations().get(SLOT_CLOSED).cloned();
+        let before = seen.insert(l.name_any(), (holder.clone(), closed.clone()));
+        let all_halted =
+            !seen.is_empty() && seen.values().all(|(_, c)| c.as_deref() == Some("halted"));
+        let mut s = shared.lock().unwrap();
+        s.slot_events += 1;
+        let (was, was_closed) = before.unwrap_or_default();
+        if was.is_empty() && !holder.is_empty() && was_closed.is_some() {
+            s.violations.push(format!(
+                "{holder} took {} while it was closed ({was_closed:?})",
+                l.name_any()
+            ));
+        }
+        if !was.is_empty() && holder.is_empty() {
+            let freed_by_other = l.annotations().get(SLOT_FREED) == Some(&was);
+            if freed_by_other && !deleted.contains(&was) {
+                s.violations.push(format!(
+                    "the slot of live node {was} was freed by someone else"
+                ));
+            }
+        }
+        if all_halted && was.is_empty() && !holder.is_empty() {
+            s.violations
+                .push(format!("{holder} took a slot after the halt"));
+        }
+        s.holders = seen.values().filter(|(h, _)| !h.is_empty()).count();
+        if s.holders > n {
+            let h = s.holders;
+            s.violations.push(format!("{h} slot holders > N = {n}"));
+        }
+        drop(s);
+        note(&shared, t0, |_| {});
+    }
+}
+
+fn shim_yaml(cfg: &FleetConfig, url: &str, sha: &str) -> String {
+    format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {run}}}\nspec:\n  nodeSelector: {{fleet: {run}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {run}}}\n  rolloutStrategy: {{type: rolling, rolling: {{maxUpdate: {mu}, maxFailures: {mf}}}}}\n",
+        run = cfg.run,
+        mu = cfg.max_update,
+        mf = cfg.max_failures,
+    )
+}
+
+/// Raise the per-user inotify instance limit: each agent watches its host's files.
+fn allow_inotify(agents: usize) {
+    let path = "/proc/sys/fs/inotify/max_user_instances";
+    let cur: usize = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if cur < agents * 2 + 64 {
+        let _ = std::fs::write(path, format!("{}", agents * 2 + 64));
+    }
+}
+
+/// Run a whole rollout and report it.
+pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
+    allow_inotify(cfg.agents);
+    let admin = env.admin_client().await;
+    let nodes: Api<KubeNode> = Api::all(admin.clone());
+    let names: Vec<String> = (0..cfg.agents)
+        .map(|i| format!("{}-{i}", cfg.run))
+        .collect();
+    // a clean start: the Shim and Nodes of an earlier run gone
+    force_delete_shim(&admin, &cfg.run).await;
+    let lp = ListParams::default().labels(&format!("fleet={}", cfg.run));
+    let _ = nodes.delete_collection(&DeleteParams::default(), &lp).await;
+    eventually(60, "old fleet Nodes gone", || async {
+        nodes.list(&lp).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+    futures_util::stream::iter(names.iter().cloned())
+        .for_each_concurrent(32, |n| {
+            let nodes = nodes.clone();
+            let run = cfg.run.clone();
+            async move {
+                let node: KubeNode = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": n, "labels": {"fleet": run}},
+                }))
+                .unwrap();
+                nodes.create(&PostParams::default(), &node).await.unwrap();
+            }
+        })
+        .await;
+
+    let worlds: Vec<World> = (0..cfg.agents).map(|_| world()).collect();
+    let art = worlds[0].art.join("fleet.tgz");
+    let bytes = tar_gz(&[Entry::File("containerd-shim-fleet-v2", real_elf(), 0o755)]);
+    std::fs::write(&art, &bytes).unwrap();
+    let url = format!("file://{}", art.display());
+
+    let t0 = Instant::now();
+    let shared: SharedRef = Arc::default();
+    let deleted: BTreeSet<String> = cfg.deleted.iter().map(|i| names[*i].clone()).collect();
+    let n_slots = n_of(cfg);
+    let checker = tokio::spawn(checker(
+        admin.clone(),
+        cfg.run.clone(),
+        deleted.clone(),
+        shared.clone(),
+        t0,
+        n_slots,
+    ));
+    let hosts: Vec<Host> = (0..cfg.agents)
+        .map(|i| {
+            let mut inner = fake(&worlds[i]);
+            inner.restart_delay = cfg.restart;
+            if cfg.failing.contains(&i) {
+                inner.fail_verifies = (1..1000).collect();
+            }
+            Host {
+                name: names[i].clone(),
+                inner,
+                shared: shared.clone(),
+                t0,
+                slots: Api::namespaced(admin.clone(), NAMESPACE),
+                shim: cfg.run.clone(),
+                crash: Rc::new(Cell::new(false)),
+                crash_on_restart: Cell::new(cfg.crashing.contains(&i)),
+                delete_on_restart: Cell::new(cfg.deleted.contains(&i)),
+                nodes: nodes.clone(),
+            }
+        })
+        .collect();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let agents = futures_util::future::join_all((0..cfg.agents).map(|i| {
+        let host = &hosts[i];
+        let w = &worlds[i];
+        let stop = stop_rx.clone();
+        let config = SessionConfig {
+            source: Source::Kubeconfig(env.admin.clone()),
+            node_name: names[i].clone(),
+            coordinator: fast(),
+            node_wait: Duration::from_secs(60),
+            credential_check: Duration::from_secs(3600),
+            gate: GateTimings {
+                // every node's wall clock is off by up to ±1 h
+                clock_skew_secs: (i as i64 * 7919) % 7200 - 3600,
+                ..GateTimings::default()
+            },
+        };
+        async move {
+            loop {
+                let n = shim_agent::txn::Node {
+                    root: &w.root,
+                    settings: &w.settings,
+                    profile: shim_agent::profile::builtin("containerd"),
+                    platform: shim_agent::artifact::node_platform(),
+                    origin: Origin::Cluster,
+                    restarter: host,
+                    health: host,
+                };
+                tokio::select! {
+                    r = session::run(&n, config.clone(), stop.clone()) => {
+                        if let Err(e) = r {
+                            tracing::debug!(node = %host.name, error = %e, "agent ended");
+                        }
+                        return;
+                    }
+                    _ = async {
+                        while !host.crash.get() {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    } => {}
+                }
+                // killed mid-restart: start again a moment later
+                host.crash.set(false);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }));
+    let shims: Api<shim_agent::api::Shim> = Api::all(admin.clone());
+    let body = async {
+        let yaml = shim_yaml(cfg, &url, &sha256_hex(&bytes));
+        let (ok, out) = env.apply(&yaml);
+        assert!(ok, "{out}");
+        let label = node_label(&cfg.run);
+        let expected = cfg.agents - cfg.failing.len() - cfg.deleted.len();
+        let deadline = t0 + cfg.deadline;
+        loop {
+            let installed = nodes
+                .list(&lp)
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .filter(|n| n.labels().get(&label).map(String::as_str) == Some("true"))
+                        .count()
+                })
+                .unwrap_or(0);
+            let halted = shims
+                .get(&cfg.run)
+                .await
+                .ok()
+                .and_then(|s| s.status?.rollout)
+                .is_some_and(|r| r.halted);
+            let restarting = shared.lock().unwrap().restarting;
+            let done = expected > 0 && installed >= expected;
+            if done || (halted && restarting == 0) || Instant::now() > deadline {
+                let _ = stop_tx.send(true);
+                return (installed, halted);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let ((installed, halted), _) = tokio::join!(body, agents);
+    let elapsed = t0.elapsed();
+    // the deleted Nodes' slots are freed by the coordinator: checked once the agents stopped
+    checker.abort();
+    let s = shared.lock().unwrap();
+    FleetReport {
+        slots: n_slots,
+        elapsed,
+        installed,
+        peak_restarting: s.peak_restarting,
+        peak_holders: s.peak_holders,
+        restarts: s.restarts,
+        halted,
+        slot_events: s.slot_events,
+        violations: s.violations.clone(),
+        timeline: s.timeline.clone(),
+    }
+}
+
+/// Delete a Shim whatever state it is in, and wait until it is gone.
+async fn force_delete_shim(admin: &Client, name: &str) {
+    let api = Api::<shim_agent::api::Shim>::all(admin.clone());
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    let _ = api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await;
+    eventually(30, "the old fleet Shim gone", || async {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+/// N for the run's maxUpdate.
+pub fn n_of(cfg: &FleetConfig) -> usize {
+    let m = cfg.max_update.trim_matches('"');
+    match m.strip_suffix('%') {
+        Some(p) => (cfg.agents * p.parse::<usize>().unwrap() / 100).max(1),
+        None => m.parse().unwrap(),
+    }
+}
