@@ -1,6 +1,6 @@
 //! A fleet of agents rolling a Shim out on the real API server (tests/support/fleet.rs): the
 //! invariants of docs/design.md §5 hold while hosts fail, agents crash and Nodes go away.
-//! CI runs a size that fits its budget; `cargo bench --bench fleet` runs the big ones.
+//! CI runs sizes that fit its budget; `cargo bench --bench fleet` runs the big ones.
 
 mod support;
 
@@ -14,19 +14,13 @@ use support::kube::{SERIAL, kube_env};
 async fn a_rolling_update_never_restarts_more_than_n_nodes_and_survives_crashes_and_deletions() {
     let _serial = SERIAL.lock().await;
     let Some(env) = kube_env() else { return };
-    let cfg = FleetConfig {
-        run: "fleet-ci".into(),
-        agents: 24,
-        max_update: "3".into(),
-        max_failures: 5,
-        restart: Duration::from_millis(300),
-        failing: BTreeSet::from([4]),
-        crashing: BTreeSet::from([7, 13]),
-        deleted: BTreeSet::from([10]),
-        deadline: Duration::from_secs(120),
-    };
+    let mut cfg = FleetConfig::new("fleet-ci", 24, "3", Duration::from_millis(300));
+    cfg.max_failures = 5;
+    cfg.failing = BTreeSet::from([4]);
+    cfg.crashing = BTreeSet::from([7, 13]);
+    cfg.deleted = BTreeSet::from([10]);
     let r = run_fleet(env, &cfg).await;
-    eprintln!("{r:?}");
+    eprintln!("{}", r.summary());
     assert!(r.violations.is_empty(), "{:#?}", r.violations);
     assert_eq!(
         r.installed,
@@ -36,32 +30,52 @@ async fn a_rolling_update_never_restarts_more_than_n_nodes_and_survives_crashes_
     assert!(r.peak_restarting <= 3, "peak {}", r.peak_restarting);
     assert!(
         r.peak_restarting >= 2,
-        "the slots were used in parallel: peak {}",
+        "slots used in parallel: peak {}",
         r.peak_restarting
     );
     assert!(!r.halted);
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn failures_beyond_max_failures_halt_the_rollout_and_no_node_takes_a_slot_after() {
+async fn changing_max_update_mid_rollout_grows_and_retires_slots_within_the_new_bound() {
     let _serial = SERIAL.lock().await;
     let Some(env) = kube_env() else { return };
-    let cfg = FleetConfig {
-        run: "fleet-halt".into(),
-        agents: 12,
-        max_update: "2".into(),
-        max_failures: 1,
-        restart: Duration::from_millis(200),
-        // every node fails: the first two failures exceed maxFailures 1
-        failing: (0..12).collect(),
-        crashing: BTreeSet::new(),
-        deleted: BTreeSet::new(),
-        deadline: Duration::from_secs(60),
-    };
+    // 6 slots, then 2 once 8 nodes are done
+    let mut cfg = FleetConfig::new("fleet-resize", 24, "6", Duration::from_millis(400));
+    cfg.resize = Some((8, "2".into(), 2));
     let r = run_fleet(env, &cfg).await;
-    eprintln!("{r:?}");
+    eprintln!("{}", r.summary());
     assert!(r.violations.is_empty(), "{:#?}", r.violations);
-    assert!(r.halted, "halted");
+    assert_eq!(r.installed, 24);
+    // and back up: 1 slot, then 50 %
+    let mut cfg = FleetConfig::new("fleet-grow", 16, "1", Duration::from_millis(300));
+    cfg.resize = Some((3, "\"50%\"".into(), 8));
+    let r = run_fleet(env, &cfg).await;
+    eprintln!("{}", r.summary());
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.installed, 16);
+    assert!(
+        r.peak_restarting > 1,
+        "the new slots were used: {}",
+        r.peak_restarting
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn failures_beyond_max_failures_halt_the_rollout_across_a_coordinator_failover_until_resumed()
+{
+    let _serial = SERIAL.lock().await;
+    let Some(env) = kube_env() else { return };
+    // every node fails: the first two failures exceed maxFailures 1
+    let mut cfg = FleetConfig::new("fleet-halt", 12, "2", Duration::from_millis(200));
+    cfg.max_failures = 1;
+    cfg.failing = (0..12).collect();
+    cfg.failover_on_halt = true;
+    cfg.deadline = Duration::from_secs(90);
+    let r = run_fleet(env, &cfg).await;
+    eprintln!("{}", r.summary());
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert!(r.halted, "halted, kept across the failover, then resumed");
     assert_eq!(r.installed, 0);
     assert!(r.peak_holders <= 2, "{}", r.peak_holders);
 }

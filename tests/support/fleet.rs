@@ -55,6 +55,30 @@ pub struct FleetConfig {
     pub deleted: BTreeSet<usize>,
     /// How long the whole rollout may take.
     pub deadline: Duration,
+    /// Once this many nodes serve the handler, set maxUpdate to `.1` (YAML), which makes N
+    /// `.2`.
+    pub resize: Option<(usize, String, usize)>,
+    /// When the rollout halts: kill the coordinator, check the halt outlives it, then resume
+    /// with the annotation (else the run just ends there).
+    pub failover_on_halt: bool,
+}
+
+impl FleetConfig {
+    pub fn new(run: &str, agents: usize, max_update: &str, restart: Duration) -> FleetConfig {
+        FleetConfig {
+            run: run.into(),
+            agents,
+            max_update: max_update.into(),
+            max_failures: 0,
+            restart,
+            failing: BTreeSet::new(),
+            crashing: BTreeSet::new(),
+            deleted: BTreeSet::new(),
+            deadline: Duration::from_secs(120),
+            resize: None,
+            failover_on_halt: false,
+        }
+    }
 }
 
 /// What a run measured and the invariants it broke (none, for a pass).
@@ -75,6 +99,8 @@ pub struct FleetReport {
 
 #[derive(Default)]
 struct Shared {
+    /// The bound a new acquisition must respect now.
+    n: usize,
     restarting: usize,
     holders: usize,
     peak_restarting: usize,
@@ -86,6 +112,24 @@ struct Shared {
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
+
+impl FleetReport {
+    /// One line for the test log and the benchmark table.
+    pub fn summary(&self) -> String {
+        format!(
+            "N={} installed={} elapsed={:.2}s restarts={} peak_restarting={} peak_holders={} halted={} slot_events={} violations={}",
+            self.slots,
+            self.installed,
+            self.elapsed.as_secs_f64(),
+            self.restarts,
+            self.peak_restarting,
+            self.peak_holders,
+            self.halted,
+            self.slot_events,
+            self.violations.len()
+        )
+    }
+}
 
 fn note(shared: &SharedRef, t0: Instant, f: impl FnOnce(&mut Shared)) {
     let mut s = shared.lock().unwrap();
@@ -130,8 +174,10 @@ struct Host {
     t0: Instant,
     slots: Api<ShimLease>,
     shim: String,
-    /// Set when this host's agent is to be killed during its restart.
+    /// Set when this host's agent is to be killed (during its restart, or as the coordinator).
     crash: Rc<Cell<bool>>,
+    /// How long a killed agent stays down.
+    down_for: Cell<Duration>,
     crash_on_restart: Cell<bool>,
     delete_on_restart: Cell<bool>,
     nodes: Api<KubeNode>,
@@ -186,7 +232,6 @@ async fn checker(
     deleted: BTreeSet<String>,
     shared: SharedRef,
     t0: Instant,
-    n: usize,
 ) {
     let api: Api<ShimLease> = Api::namespaced(client, NAMESPACE);
     let cfg = watcher::Config::default().labels(&format!("{SLOT_SHIM_LABEL}={shim}"));
@@ -220,9 +265,10 @@ async fn checker(
                 .push(format!("{holder} took a slot after the halt"));
         }
         s.holders = seen.values().filter(|(h, _)| !h.is_empty()).count();
-        if s.holders > n {
-            let h = s.holders;
-            s.violations.push(format!("{h} slot holders > N = {n}"));
+        if was.is_empty() && !holder.is_empty() && s.holders > s.n {
+            let (h, n) = (s.holders, s.n);
+            s.violations
+                .push(format!("{holder} took a slot: {h} holders > N = {n}"));
         }
         drop(s);
         note(&shared, t0, |_| {});
@@ -252,6 +298,10 @@ fn allow_inotify(agents: usize) {
 
 /// Run a whole rollout and report it.
 pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     allow_inotify(cfg.agents);
     let admin = env.admin_client().await;
     let nodes: Api<KubeNode> = Api::all(admin.clone());
@@ -289,6 +339,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
 
     let t0 = Instant::now();
     let shared: SharedRef = Arc::default();
+    shared.lock().unwrap().n = n_of(cfg);
     let deleted: BTreeSet<String> = cfg.deleted.iter().map(|i| names[*i].clone()).collect();
     let n_slots = n_of(cfg);
     let checker = tokio::spawn(checker(
@@ -297,7 +348,6 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         deleted.clone(),
         shared.clone(),
         t0,
-        n_slots,
     ));
     let hosts: Vec<Host> = (0..cfg.agents)
         .map(|i| {
@@ -314,6 +364,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                 slots: Api::namespaced(admin.clone(), NAMESPACE),
                 shim: cfg.run.clone(),
                 crash: Rc::new(Cell::new(false)),
+                down_for: Cell::new(Duration::from_millis(500)),
                 crash_on_restart: Cell::new(cfg.crashing.contains(&i)),
                 delete_on_restart: Cell::new(cfg.deleted.contains(&i)),
                 nodes: nodes.clone(),
@@ -363,7 +414,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                 }
                 // killed mid-restart: start again a moment later
                 host.crash.set(false);
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(host.down_for.get()).await;
             }
         }
     }));
@@ -375,6 +426,17 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         let label = node_label(&cfg.run);
         let expected = cfg.agents - cfg.failing.len() - cfg.deleted.len();
         let deadline = t0 + cfg.deadline;
+        let leases: Api<ShimLease> = Api::namespaced(admin.clone(), NAMESPACE);
+        let coordinator = || async {
+            leases
+                .get(shim_agent::cluster::COORDINATOR_LEASE)
+                .await
+                .ok()
+                .and_then(|l| l.spec.holder_identity)
+        };
+        let mut resized = None;
+        let mut failover: Option<(String, Option<Instant>)> = None;
+        let mut resumed = false;
         loop {
             let installed = nodes
                 .list(&lp)
@@ -386,17 +448,106 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                         .count()
                 })
                 .unwrap_or(0);
-            let halted = shims
-                .get(&cfg.run)
-                .await
-                .ok()
-                .and_then(|s| s.status?.rollout)
-                .is_some_and(|r| r.halted);
+            let status = shims.get(&cfg.run).await.ok().and_then(|s| s.status);
+            let halted = status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "RolloutHalted"))
+                .is_some_and(|c| c.status == "True");
+            let published_n = status.and_then(|s| s.rollout?.slots);
+            if let Some((after, mu, n)) = &cfg.resize {
+                if resized.is_none() && installed >= *after {
+                    let patch = serde_json::json!({"spec": {"rolloutStrategy": {"rolling": {"maxUpdate": serde_yaml::from_str::<serde_json::Value>(mu).unwrap()}}}});
+                    shims
+                        .patch(
+                            &cfg.run,
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(&patch),
+                        )
+                        .await
+                        .unwrap();
+                    resized = Some(*n);
+                    let mut s = shared.lock().unwrap();
+                    s.n = s.n.max(*n);
+                }
+                // a smaller bound holds for acquisitions once the coordinator published it
+                if resized.is_some() && published_n == Some(*n as i32) {
+                    shared.lock().unwrap().n = *n;
+                }
+            }
             let restarting = shared.lock().unwrap().restarting;
-            let done = expected > 0 && installed >= expected;
-            if done || (halted && restarting == 0) || Instant::now() > deadline {
+            if cfg.failover_on_halt && halted && !resumed {
+                match &mut failover {
+                    None => {
+                        // kill the coordinator (it stays down until a successor took over)
+                        if let Some(c) = coordinator().await
+                            && let Some(i) = names.iter().position(|n| *n == c)
+                        {
+                            // down past the lease, so a successor must take over
+                            hosts[i].down_for.set(Duration::from_secs(8));
+                            hosts[i].crash.set(true);
+                            failover = Some((c, None));
+                        }
+                    }
+                    Some((old, since)) => {
+                        let now_c = coordinator().await;
+                        if since.is_none() && now_c.as_ref().is_some_and(|c| c != old) {
+                            *since = Some(Instant::now());
+                        }
+                        if since.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+                            let patch = serde_json::json!({"metadata": {"annotations": {shim_agent::cluster::slots::RESUME_ANNOTATION: "fleet-test-1"}}});
+                            shims
+                                .patch(
+                                    &cfg.run,
+                                    &kube::api::PatchParams::default(),
+                                    &kube::api::Patch::Merge(&patch),
+                                )
+                                .await
+                                .unwrap();
+                            resumed = true;
+                        }
+                    }
+                }
+            }
+            if failover.is_some() && !resumed && !halted {
+                shared
+                    .lock()
+                    .unwrap()
+                    .violations
+                    .push("the halt was lost on a coordinator failover".into());
+            }
+            let stale = leases
+                .list(&ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={}", cfg.run)))
+                .await
+                .map(|l| {
+                    l.items.iter().any(|x| {
+                        x.spec
+                            .holder_identity
+                            .as_ref()
+                            .is_some_and(|h| deleted.contains(h))
+                    })
+                })
+                .unwrap_or(true);
+            let done = expected > 0 && installed >= expected && !stale;
+            let halt_done = halted && restarting == 0 && !cfg.failover_on_halt;
+            let resume_done = resumed && !halted;
+            if done || halt_done || resume_done || Instant::now() > deadline {
+                if failover.is_some() && !resumed {
+                    shared
+                        .lock()
+                        .unwrap()
+                        .violations
+                        .push("no successor coordinator kept the halt before the deadline".into());
+                }
+                if stale && Instant::now() > deadline {
+                    shared
+                        .lock()
+                        .unwrap()
+                        .violations
+                        .push("a deleted Node still holds its slot".into());
+                }
                 let _ = stop_tx.send(true);
-                return (installed, halted);
+                return (installed, halted || resumed);
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
