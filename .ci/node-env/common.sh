@@ -14,6 +14,12 @@
 : "${INFRA_BOOTSTRAP:=mmdebstrap}"                   # mmdebstrap (~45 s) | debootstrap (~70 s)
 : "${INFRA_CGROUP:=unified}"                         # unified (cgroup v2 in the container) | hybrid (v1 controllers)
 : "${INFRA_BOOT_TIMEOUT:=90}"
+# containerd of the node: `debian` (the rootfs' own 1.6.20 with Debian's version 2 config), or a
+# version X.Y.Z whose upstream builds containerd-vX.Y.Z, ctr-vX.Y.Z and
+# containerd-shim-runc-v2-vX.Y.Z are in $INFRA_CONTAINERD_BINS (boot.sh puts them into a fresh
+# working copy with that build's `containerd config default`: version 3 for 2.2, 4 for 2.3)
+: "${INFRA_CONTAINERD:=debian}"
+: "${INFRA_CONTAINERD_BINS:=/var/tmp/containerd-bins}"
 # No ca-certificates, on purpose: a minimal node without a CA store must still fetch file://
 # artifacts (tests/node_kube.rs runs the agent inside it).
 : "${INFRA_PACKAGES:=systemd,systemd-sysv,dbus,containerd,runc,iproute2,procps,busybox-static}"
