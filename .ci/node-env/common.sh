@@ -7,8 +7,8 @@
 # pristine rootfs built once; its own directory, because the reference recipe this was adapted
 # from caches a different package set under $INFRA_VAR/base (sharing it would rebuild each time)
 : "${INFRA_BASE:=$INFRA_VAR/base-shim-agent}"
-: "${INFRA_ROOT:=$INFRA_VAR/$INFRA_MACHINE}"         # working copy that boots
-: "${INFRA_RUN:=$INFRA_DIR/run/$INFRA_MACHINE}"      # pid files, env, socket links, logs
+: "${INFRA_ROOT:=$INFRA_VAR/$INFRA_MACHINE}"         # working copy that boots (ends in the name)
+: "${INFRA_RUN:=$INFRA_DIR/run/$INFRA_MACHINE}"      # pid files, env, socket links, logs (ditto)
 : "${INFRA_MIRROR:=http://deb.debian.org/debian}"
 : "${INFRA_SUITE:=bookworm}"
 : "${INFRA_BOOTSTRAP:=mmdebstrap}"                   # mmdebstrap (~45 s) | debootstrap (~70 s)
@@ -42,6 +42,14 @@ INFRA_PATH_IN=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 log() { printf '[infra %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# A shell that sourced a machine's env file has that machine's INFRA_ROOT and INFRA_RUN: with
+# another INFRA_MACHINE they would make boot.sh replace, and stop.sh kill, the wrong machine.
+for _v in INFRA_ROOT INFRA_RUN; do
+  [ "${!_v##*/}" = "$INFRA_MACHINE" ] ||
+    die "$_v=${!_v} is not machine $INFRA_MACHINE's (from another machine's env file?); unset INFRA_ROOT INFRA_RUN"
+done
+unset _v
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 
