@@ -1,17 +1,21 @@
 //! containerd's unavailability during a live transaction, against a bare
 //! `systemctl restart containerd`, in the same run on the node env (real systemd 252 and
-//! containerd 1.6.20); plus the phases of a real install.
+//! containerd: Debian's 1.6.20, or an upstream 2.x build); plus the phases of a real install.
 //!
 //! A poller asks CRI `Status` every 5 ms; "unavailable" is the longest stretch from a
 //! failed call to the next successful one. Run: `cargo bench --bench node_txn` with the
 //! node env booted (`.ci/node-env/make-rootfs.sh && .ci/node-env/boot.sh`); without it the
-//! bench says so and exits. Env `NODE_BENCH_RUNS` (default 7).
+//! bench says so and exits. Env `NODE_BENCH_RUNS` (default 7); `NODE_BENCH_ENVS`: env files
+//! of several booted nodes (`:`-separated, e.g. a 1.6 and a 2.x one), measured one after the
+//! other in the same run and printed side by side.
 
 #[path = "../tests/node_env/mod.rs"]
 mod node_env;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -72,16 +76,18 @@ fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let runs: usize = std::env::var("NODE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7);
-    let Some(env) = node_env::node_env("bench_node_txn").await else {
-        println!("node_txn bench: no node env running; boot it with .ci/node-env/boot.sh");
-        return;
-    };
+/// One node's figures.
+struct Figures {
+    containerd: String,
+    inst_gap: Vec<Duration>,
+    uninst_gap: Vec<Duration>,
+    bare_gap: Vec<Duration>,
+    inst_total: Vec<Duration>,
+    overhead: Vec<Duration>,
+    phases: BTreeMap<Phase, Vec<Duration>>,
+}
+
+async fn bench(env: &NodeEnv, runs: usize) -> Figures {
     for p in ["var/lib/shim-agent", "opt/shim-agent"] {
         let _ = std::fs::remove_dir_all(env.root.join(p));
     }
@@ -114,19 +120,23 @@ async fn main() {
         },
     };
 
-    let (mut inst_gap, mut uninst_gap, mut bare_gap) = (vec![], vec![], vec![]);
-    let (mut inst_total, mut overhead) = (vec![], vec![]);
-    let mut phases: std::collections::BTreeMap<Phase, Vec<Duration>> = Default::default();
+    let mut f = Figures {
+        containerd: env.containerd.version.clone(),
+        inst_gap: vec![],
+        uninst_gap: vec![],
+        bare_gap: vec![],
+        inst_total: vec![],
+        overhead: vec![],
+        phases: BTreeMap::new(),
+    };
     for _ in 0..runs {
-        let t = Instant::now();
         let (r, gap) = measured(
-            &env,
+            env,
             node.apply(vec![Change::Install(Box::new(shim.clone()))]),
         )
         .await;
-        let total = t.elapsed();
         let r = r.expect("install");
-        inst_gap.push(gap);
+        f.inst_gap.push(gap);
         let external: Duration = r
             .phases
             .iter()
@@ -134,51 +144,85 @@ async fn main() {
             .map(|(_, d)| *d)
             .sum();
         let own: Duration = r.phases.iter().map(|(_, d)| *d).sum();
-        inst_total.push(own);
-        overhead.push(own - external);
-        let _ = total;
+        f.inst_total.push(own);
+        f.overhead.push(own - external);
         for (p, d) in r.phases {
-            phases.entry(p).or_default().push(d);
+            f.phases.entry(p).or_default().push(d);
         }
-        let (r, gap) = measured(&env, node.apply(vec![Change::Uninstall("demo".into())])).await;
+        let (r, gap) = measured(env, node.apply(vec![Change::Uninstall("demo".into())])).await;
         r.expect("uninstall");
-        uninst_gap.push(gap);
-        let (out, gap) = measured(&env, async {
+        f.uninst_gap.push(gap);
+        let (out, gap) = measured(env, async {
             env.exec(&["systemctl", "restart", "containerd"])
         })
         .await;
         assert!(out.status.success(), "systemctl restart failed");
-        bare_gap.push(gap);
+        f.bare_gap.push(gap);
+    }
+    f
+}
+
+/// `median / max` of a sample.
+fn med_max(v: &[Duration]) -> String {
+    format!(
+        "{} / {}",
+        ms(median(v.to_vec())),
+        ms(*v.iter().max().expect("runs > 0"))
+    )
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let runs: usize = std::env::var("NODE_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let env_files: Vec<Option<PathBuf>> = match std::env::var("NODE_BENCH_ENVS") {
+        Ok(v) if !v.is_empty() => v.split(':').map(|f| Some(PathBuf::from(f))).collect(),
+        _ => vec![None],
+    };
+    let mut all = vec![];
+    for file in &env_files {
+        let Some(env) = node_env::node_env_at("bench_node_txn", file.as_deref()).await else {
+            println!("node_txn bench: no node env running; boot it with .ci/node-env/boot.sh");
+            return;
+        };
+        all.push(bench(&env, runs).await);
     }
     println!(
-        "node_txn bench: {runs} runs each on the node env (systemd 252, containerd 1.6.20), CRI polled every 5 ms"
+        "node_txn bench: {runs} runs each on the node env (systemd 252), CRI polled every 5 ms"
     );
-    println!(
-        "CRI unavailable, install (one restart):      median {}  max {}",
-        ms(median(inst_gap.clone())),
-        ms(*inst_gap.iter().max().unwrap())
+    let row = |what: &str, cell: &dyn Fn(&Figures) -> String| {
+        let cells: Vec<String> = all.iter().map(cell).collect();
+        println!("| {what} | {} |", cells.join(" | "));
+    };
+    row("containerd", &|f| f.containerd.clone());
+    println!("|---|{}", "---:|".repeat(all.len()));
+    row(
+        "CRI unavailable, install (one restart), median / max",
+        &|f| med_max(&f.inst_gap),
     );
-    println!(
-        "CRI unavailable, uninstall (one restart):    median {}  max {}",
-        ms(median(uninst_gap.clone())),
-        ms(*uninst_gap.iter().max().unwrap())
+    row(
+        "CRI unavailable, uninstall (one restart), median / max",
+        &|f| med_max(&f.uninst_gap),
     );
-    println!(
-        "CRI unavailable, bare systemctl restart:     median {}  max {}",
-        ms(median(bare_gap.clone())),
-        ms(*bare_gap.iter().max().unwrap())
+    row(
+        "CRI unavailable, bare systemctl restart, median / max",
+        &|f| med_max(&f.bare_gap),
     );
-    println!(
-        "install total (all phases):                  median {}",
-        ms(median(inst_total))
+    row("install total (all phases), median", &|f| {
+        ms(median(f.inst_total.clone()))
+    });
+    row(
+        "agent overhead (minus fetch, restart, CRI), median / max",
+        &|f| med_max(&f.overhead),
     );
-    println!(
-        "agent overhead (minus fetch, restart, CRI):  median {}  max {}",
-        ms(median(overhead.clone())),
-        ms(*overhead.iter().max().unwrap())
-    );
-    println!("install phases, median:");
-    for (p, ds) in phases {
-        println!("  {:<10} {}", format!("{p:?}"), ms(median(ds)));
+    let phases: Vec<Phase> = all[0].phases.keys().copied().collect();
+    for p in phases {
+        row(&format!("install phase {p:?}, median"), &|f| {
+            f.phases
+                .get(&p)
+                .map_or("-".to_string(), |d| ms(median(d.clone())))
+        });
     }
 }

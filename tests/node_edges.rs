@@ -1,5 +1,6 @@
-//! The node edges against a real systemd 252 and a real containerd 1.6.20 (the node env,
-//! `.ci/node-env/`): what only the real things can prove. Skipped with a printed reason when
+//! The node edges against a real systemd 252 and a real containerd (the node env,
+//! `.ci/node-env/`: Debian's 1.6.20, or an upstream 2.x build): what only the real things can
+//! prove. Skipped with a printed reason when
 //! no node env runs, unless `SHIM_AGENT_REQUIRE_NODE_ENV=1`.
 
 mod node_env;
@@ -53,7 +54,7 @@ async fn restart_over_dbus_finishes_its_job_and_containerd_serves_cri_again() {
         .await
         .expect("CRI Version");
     assert_eq!(v.runtime_name, "containerd");
-    assert!(v.runtime_version.starts_with("1.6."), "{v:?}");
+    assert_eq!(v.runtime_version, env.containerd.version, "{v:?}");
     // A CRI check is not a restart: the invocation stays the same.
     assert_eq!(env.invocation_id().await, out.state.invocation_id);
 }
@@ -225,16 +226,20 @@ async fn a_handler_added_by_the_config_engine_is_served_after_a_restart() {
 
 /// containerd 1.x: a `runtimes` table with only the new handler replaces the default map,
 /// runc is gone, and the CRI plugin refuses its config. systemd still says `active`.
+/// containerd 2.x reads the same table (in its own layout) into its defaults: runc stays, both
+/// are served, and there is no trap to detect.
 #[tokio::test]
 async fn active_alone_proves_nothing_when_the_runtimes_table_loses_runc() {
     let Some(env) = node_env("runc_loss_trap").await else {
         return;
     };
     let broken = format!(
-        "version = 2\n\
-         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{HANDLER}]\n\
+        "version = {}\n\
+         [{}.containerd.runtimes.{HANDLER}]\n\
          runtime_type = \"io.containerd.runc.v2\"\n\
-         runtime_path = \"{RUNC_SHIM}\"\n"
+         runtime_path = \"{RUNC_SHIM}\"\n",
+        env.containerd.config_version,
+        env.containerd.cri_runtime_table()
     );
     std::fs::write(env.config_file(), broken).expect("write config");
     let out = env
@@ -246,6 +251,15 @@ async fn active_alone_proves_nothing_when_the_runtimes_table_loses_runc() {
     assert_eq!(out.state.active_state, "active", "systemd is satisfied");
 
     let t0 = Instant::now();
+    if env.containerd.is_2x() {
+        let st = env
+            .cri
+            .wait_for_handler(HANDLER, VERIFY_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("containerd 2.x serves the handler: {}", chain(&e)));
+        assert_eq!(st.handlers, vec!["runc", HANDLER], "2.x keeps runc");
+        return;
+    }
     let err = env
         .cri
         .wait_for_handler(HANDLER, Duration::from_secs(5))

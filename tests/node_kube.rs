@@ -1,5 +1,6 @@
 //! The whole Kubernetes path on a real node: the agent binary runs INSIDE the node env
-//! (`.ci/node-env/`: systemd 252 + containerd 1.6.20 in systemd-nspawn) as the packaged unit
+//! (`.ci/node-env/`: systemd 252 + containerd in systemd-nspawn, Debian's 1.6.20 or an upstream
+//! 2.x build) as the packaged unit
 //! `packaging/systemd/shim-agent.service`, finds the kubelet's kubeconfig (the node's own
 //! identity `system:node:<name>`) at `/etc/kubernetes/kubelet.conf`, and talks to the real
 //! kube-apiserver of the kube env (tests/support/kube.rs) on 127.0.0.1:6443, which the node
@@ -109,23 +110,39 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
     //   oom_score_adj containerd asks for: `restrict_oom_score_adj` clamps it.
     // - When the host keeps the cgroup controllers on v1 and the node runs on cgroup v2 (the
     //   node env's default), the node's cgroup v2 has no `cpu` controller and runc fails on
-    //   the sandbox's cpu.weight: `disable_cgroup` (meant for a containerd without cgroup
-    //   access) leaves the sandbox's resources unset.
-    let mut settings = vec!["restrict_oom_score_adj = true"];
+    //   the sandbox's cpu.weight: containerd 1.x's `disable_cgroup` (meant for a containerd
+    //   without cgroup access) leaves the sandbox's resources unset. containerd 2.x has no such
+    //   setting: its node must have the controller (INFRA_CGROUP=hybrid on such a host).
+    let mut settings = vec!["restrict_oom_score_adj"];
     let cpu_cgroup = env.exec(&[
         "sh",
         "-c",
         "test -d /sys/fs/cgroup/cpu || grep -qw cpu /sys/fs/cgroup/cgroup.controllers",
     ]);
     if !cpu_cgroup.status.success() {
-        settings.push("disable_cgroup = true");
+        if env.containerd.is_2x() {
+            node_env::skip(
+                TEST,
+                "the node's cgroups have no cpu controller, and containerd 2.x (no \
+                 `disable_cgroup` any more) always sets the sandbox's cpu shares: on a host that \
+                 keeps its controllers on cgroup v1, boot the node with INFRA_CGROUP=hybrid",
+            );
+            return;
+        }
+        settings.push("disable_cgroup");
     }
+    // Set in the CRI runtime plugin's table, where the node's config has it (Debian's 1.6
+    // config has no such keys yet; containerd 2.x's default config lists them as `false`).
     let cfg = std::fs::read_to_string(env.config_file()).expect("containerd's config");
-    let cri_table = "[plugins.\"io.containerd.grpc.v1.cri\"]\n";
-    assert!(cri_table_present(&cfg, cri_table), "{cfg}");
-    let added: String = settings.iter().map(|l| format!("    {l}\n")).collect();
-    let cfg = cfg.replacen(cri_table, &format!("{cri_table}{added}"), 1);
-    std::fs::write(env.config_file(), &cfg).expect("write containerd's config");
+    let mut doc: toml_edit::DocumentMut = cfg.parse().expect("containerd's config is TOML");
+    let plugin = env.containerd.cri_runtime_plugin();
+    let table = doc["plugins"][plugin]
+        .as_table_like_mut()
+        .unwrap_or_else(|| panic!("no [plugins.{plugin:?}] table in:\n{cfg}"));
+    for key in &settings {
+        table.insert(key, toml_edit::value(true));
+    }
+    std::fs::write(env.config_file(), doc.to_string()).expect("write containerd's config");
     env.systemd
         .restart_unit(UNIT, node_env::RESTART_TIMEOUT)
         .await
@@ -207,7 +224,8 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         0o644,
     );
     let url = format!("file:///{ARTIFACT_DIR}/demo.tar.gz");
-    let original = std::fs::read(env.config_file()).expect("containerd's config");
+    // containerd's config: the main file, and conf.d/ where the agent adds its drop-in on 2.x
+    let original = env.config_files();
     let before = env.invocation_id().await;
     let (ok, out) = kube.apply(&shim_yaml(&url, &sha256_hex(&artifact)));
     assert!(ok, "kubectl apply: {out}");
@@ -237,6 +255,11 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         env.invocation_id().await,
         before,
         "containerd was restarted"
+    );
+    assert!(
+        env.config_text()
+            .contains(&format!("# shim-agent: handler {SHIM}")),
+        "the handler is in containerd's config"
     );
     let st = env.cri.status(CRI_CALL).await.expect("CRI status");
     assert!(
@@ -304,9 +327,8 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         },
     )
     .await;
-    let cfg_path = env.config_file();
     eventually(CONVERGE_SECS, "containerd's config bytes back", || async {
-        (std::fs::read(&cfg_path).ok().as_ref() == Some(&original)).then_some(())
+        (env.config_files() == original).then_some(())
     })
     .await;
     let cri = env.cri.clone();
@@ -412,11 +434,21 @@ async fn check_sandbox(env: &NodeEnv, id: &str) -> Result<(), String> {
     if status.status.as_ref().map(|s| s.state) != Some(proto::SANDBOX_READY) {
         return Err(format!("the sandbox is not ready: {status:?}"));
     }
-    // containerd 1.x's verbose info names the runtime type the handler maps to
-    let info = status.info.get("info").cloned().unwrap_or_default();
-    if !info.contains(&format!("\"runtimeHandler\":\"{SHIM}\"")) {
+    // containerd's verbose info names the handler (1.x `runtimeHandler`, 2.x the sandbox
+    // metadata's `RuntimeHandler`) and the runtime type it maps to: the installed shim
+    let raw = status.info.get("info").cloned().unwrap_or_default();
+    let info: serde_json::Value = serde_json::from_str(&raw)
+        .map_err(|e| format!("the sandbox's verbose info is not JSON ({e}): {raw}"))?;
+    let handler = info
+        .get("runtimeHandler")
+        .or_else(|| info.pointer("/sandboxMetadata/Metadata/RuntimeHandler"))
+        .and_then(|h| h.as_str());
+    let runtime_type = info.get("runtimeType").and_then(|t| t.as_str());
+    let prefix = format!("/opt/shim-agent/shims/{SHIM}/");
+    if handler != Some(SHIM) || !runtime_type.is_some_and(|t| t.starts_with(&prefix)) {
         return Err(format!(
-            "the sandbox's runtime handler is not {SHIM}: {info}"
+            "the sandbox's runtime handler is not {SHIM} with the installed shim \
+             (handler {handler:?}, runtime type {runtime_type:?}): {raw}"
         ));
     }
     let listed = env
@@ -444,10 +476,6 @@ async fn check_sandbox(env: &NodeEnv, id: &str) -> Result<(), String> {
 
 fn secs(t0: Instant) -> f64 {
     t0.elapsed().as_secs_f64()
-}
-
-fn cri_table_present(cfg: &str, table: &str) -> bool {
-    cfg.lines().any(|l| l.trim() == table.trim())
 }
 
 /// The demo Shim, selecting the test's Node. Without `runtime.options`: containerd 1.x's CRI
@@ -507,17 +535,27 @@ fn write(path: &Path, bytes: &[u8], mode: u32) {
         .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
 }
 
-/// The sandbox image containerd names (`sandbox_image`), built from the kube env's minimal
-/// `pause` and imported: the node has no registry.
+/// The sandbox image containerd names (1.x `sandbox_image`, 2.x `pinned_images.sandbox`),
+/// built from the kube env's minimal `pause` and imported: the node has no registry.
 fn import_sandbox_image(env: &NodeEnv, kube: &KubeEnv) {
     let dump = env.exec_ok(&["containerd", "config", "dump"]);
+    let key = if env.containerd.is_2x() {
+        "sandbox"
+    } else {
+        "sandbox_image"
+    };
     let name = dump
         .lines()
         .find_map(|l| {
-            let v = l.trim().strip_prefix("sandbox_image")?.trim_start();
-            Some(v.strip_prefix('=')?.trim().trim_matches('"').to_string())
+            let v = l.trim().strip_prefix(key)?.trim_start();
+            Some(
+                v.strip_prefix('=')?
+                    .trim()
+                    .trim_matches(['"', '\''])
+                    .to_string(),
+            )
         })
-        .expect("sandbox_image in `containerd config dump`");
+        .unwrap_or_else(|| panic!("{key} in `containerd config dump`"));
     let pause = pause_binary(kube);
     let bytes = std::fs::read(&pause).expect("read the pause binary");
     env.import_image(&oci_image(&name, &[("/pause", &bytes, 0o755)], &["/pause"]));

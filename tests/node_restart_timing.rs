@@ -1,7 +1,8 @@
-//! Measures, on the node env, how long a containerd restart takes and how long its CRI is
-//! unavailable: the agent's D-Bus restart (`RestartUnit` → `JobRemoved`) against a bare
-//! `systemctl restart containerd` run through `.ci/node-env/exec.sh`, measured the same way in
-//! the same run, interleaved. Prints the medians (recorded in BENCHMARKS.md, "node edges").
+//! Measures, on the node env (containerd 1.6 or 2.x), how long a containerd restart takes and
+//! how long its CRI is unavailable: the agent's D-Bus restart (`RestartUnit` → `JobRemoved`)
+//! against a bare `systemctl restart containerd` run through `.ci/node-env/exec.sh`, measured
+//! the same way in the same run, interleaved. Prints the medians (recorded in BENCHMARKS.md,
+//! "node edges").
 //!
 //! Both are timed from just before the restart is asked for: "call" until the restart reports
 //! completion (`restart_unit` returning, which includes `Subscribe`, `AddMatch` and reading the
@@ -76,7 +77,10 @@ async fn dbus_restart_against_systemctl_restart() {
             "systemctl restarted"
         );
     }
-    println!("node edges, containerd 1.6.20 restart, median of {REPETITIONS} (ms):");
+    println!(
+        "node edges, containerd {} restart, median of {REPETITIONS} (ms):",
+        env.containerd.version
+    );
     println!(
         "  D-Bus restart_unit:  job {:>6}  call {:>6}  CRI window {:>6}   calls {:?}",
         ms(median(dbus_job)),

@@ -7,13 +7,19 @@
 # pristine rootfs built once; its own directory, because the reference recipe this was adapted
 # from caches a different package set under $INFRA_VAR/base (sharing it would rebuild each time)
 : "${INFRA_BASE:=$INFRA_VAR/base-shim-agent}"
-: "${INFRA_ROOT:=$INFRA_VAR/$INFRA_MACHINE}"         # working copy that boots
-: "${INFRA_RUN:=$INFRA_DIR/run/$INFRA_MACHINE}"      # pid files, env, socket links, logs
+: "${INFRA_ROOT:=$INFRA_VAR/$INFRA_MACHINE}"         # working copy that boots (ends in the name)
+: "${INFRA_RUN:=$INFRA_DIR/run/$INFRA_MACHINE}"      # pid files, env, socket links, logs (ditto)
 : "${INFRA_MIRROR:=http://deb.debian.org/debian}"
 : "${INFRA_SUITE:=bookworm}"
 : "${INFRA_BOOTSTRAP:=mmdebstrap}"                   # mmdebstrap (~45 s) | debootstrap (~70 s)
 : "${INFRA_CGROUP:=unified}"                         # unified (cgroup v2 in the container) | hybrid (v1 controllers)
 : "${INFRA_BOOT_TIMEOUT:=90}"
+# containerd of the node: `debian` (the rootfs' own 1.6.20 with Debian's version 2 config), or a
+# version X.Y.Z whose upstream builds containerd-vX.Y.Z, ctr-vX.Y.Z and
+# containerd-shim-runc-v2-vX.Y.Z are in $INFRA_CONTAINERD_BINS (boot.sh puts them into a fresh
+# working copy with that build's `containerd config default`: version 3 for 2.2, 4 for 2.3)
+: "${INFRA_CONTAINERD:=debian}"
+: "${INFRA_CONTAINERD_BINS:=/var/tmp/containerd-bins}"
 # No ca-certificates, on purpose: a minimal node without a CA store must still fetch file://
 # artifacts (tests/node_kube.rs runs the agent inside it).
 : "${INFRA_PACKAGES:=systemd,systemd-sysv,dbus,containerd,runc,iproute2,procps,busybox-static}"
@@ -36,6 +42,14 @@ INFRA_PATH_IN=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 log() { printf '[infra %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# A shell that sourced a machine's env file has that machine's INFRA_ROOT and INFRA_RUN: with
+# another INFRA_MACHINE they would make boot.sh replace, and stop.sh kill, the wrong machine.
+for _v in INFRA_ROOT INFRA_RUN; do
+  [ "${!_v##*/}" = "$INFRA_MACHINE" ] ||
+    die "$_v=${!_v} is not machine $INFRA_MACHINE's (from another machine's env file?); unset INFRA_ROOT INFRA_RUN"
+done
+unset _v
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 

@@ -1,5 +1,8 @@
 //! Harness for tests against the real systemd and containerd of the node env
-//! (`.ci/node-env/`: a Debian bookworm rootfs booted with systemd-nspawn).
+//! (`.ci/node-env/`: a Debian bookworm rootfs booted with systemd-nspawn), with Debian's
+//! containerd 1.6.20 (config version 2) or an upstream 2.x build (`INFRA_CONTAINERD`: version 3
+//! for 2.2, 4 for 2.3, importing `/etc/containerd/conf.d/*.toml`, where the agent puts its
+//! drop-ins).
 //!
 //! # Finding the env
 //! `INFRA_ROOT`, `DBUS_SYSTEM_BUS_ADDRESS` and `CONTAINERD_ADDRESS` from the environment when
@@ -10,9 +13,12 @@
 //! # Guarantees
 //! - Node tests run one at a time: [`NodeEnv`] holds an exclusive file lock in the env's run
 //!   directory for the whole test, across test binaries too.
-//! - Every test starts from the same node: Debian's `config.toml` restored from
-//!   `config.toml.dist`, test drop-ins removed, the base drop-in (no start limit) installed,
-//!   `Reload`, `ResetFailedUnit`, a restart that must be `done`, and CRI serving `runc`.
+//! - Every test starts from the same node: the node's `config.toml` restored from
+//!   `config.toml.dist`, `/etc/containerd/conf.d/` emptied (the pristine node has nothing
+//!   there), test drop-ins removed, the base drop-in (no start limit) installed, `Reload`,
+//!   `ResetFailedUnit`, a restart that must be `done`, and CRI serving `runc`.
+//! - CRI is answered by the containerd the env file names (`INFRA_CONTAINERD_VERSION`, when
+//!   set): a test never runs against another containerd than the one its run says.
 //!
 //! # Caveats
 //! A test's own drop-ins and config stay in place after it until the next test's reset;
@@ -20,7 +26,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part of the harness
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -39,6 +45,8 @@ pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ENV_FILE: &str = "/var/tmp/node-env/run/infractd/env";
 /// containerd's drop-in directory for unit files, relative to the root.
 const DROPIN_DIR: &str = "etc/systemd/system/containerd.service.d";
+/// Where containerd 2.x's default config imports drop-ins from, relative to the root.
+pub const CONF_D: &str = "etc/containerd/conf.d";
 /// Every drop-in a test writes has this in its name; reset removes them all.
 const TEST_DROPIN_MARK: &str = "shim-agent-test";
 /// The drop-in every test starts with: tests restart often, and systemd's default limit
@@ -58,7 +66,63 @@ pub struct NodeEnv {
     pub cri: CriClient,
     /// The container's system bus address (for agent processes a test starts).
     pub bus: String,
+    /// The containerd CRI answers with.
+    pub containerd: Containerd,
+    /// The machine name (`INFRA_MACHINE`) `exec.sh` runs commands in.
+    machine: Option<String>,
     _lock: File,
+}
+
+/// Which containerd the node runs, and the config layout that goes with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Containerd {
+    /// As CRI `Version` reports it: `1.6.20~ds1` (Debian), `v2.3.4` (upstream).
+    pub version: String,
+    /// Major and minor version.
+    pub major_minor: (u32, u32),
+    /// `version` of the pristine `config.toml` (2 for 1.x, 3 or 4 for 2.x).
+    pub config_version: i64,
+}
+
+impl Containerd {
+    /// containerd 2.x or later (handlers in `RuntimeHandlers`, a CRI runtime plugin of its own).
+    pub fn is_2x(&self) -> bool {
+        self.major_minor.0 >= 2
+    }
+
+    /// The plugin whose config holds the CRI runtime settings (`containerd.runtimes`,
+    /// `restrict_oom_score_adj`, ...): version 2 `io.containerd.grpc.v1.cri`, version 3 and
+    /// later `io.containerd.cri.v1.runtime`.
+    pub fn cri_runtime_plugin(&self) -> &'static str {
+        if self.config_version >= 3 {
+            "io.containerd.cri.v1.runtime"
+        } else {
+            "io.containerd.grpc.v1.cri"
+        }
+    }
+
+    /// The header of [`Containerd::cri_runtime_plugin`]'s table, quoted as this node's config
+    /// quotes it: `plugins."io.containerd.grpc.v1.cri"`, `plugins.'io.containerd.cri.v1.runtime'`.
+    pub fn cri_runtime_table(&self) -> String {
+        let q = if self.config_version >= 3 { '\'' } else { '"' };
+        format!("plugins.{q}{}{q}", self.cri_runtime_plugin())
+    }
+}
+
+/// `1.6.20~ds1` or `v2.3.4` → (1, 6), (2, 3).
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.trim_start_matches('v').split(['.', '~', '-']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The top-level `version` of a containerd config (1 when absent, as containerd reads it).
+fn config_version(text: &str) -> i64 {
+    let doc: toml_edit::DocumentMut = text
+        .parse()
+        .expect("the pristine containerd config is TOML");
+    doc.get("version")
+        .and_then(toml_edit::Item::as_integer)
+        .unwrap_or(1)
 }
 
 struct Found {
@@ -66,6 +130,10 @@ struct Found {
     bus: String,
     socket: PathBuf,
     run_dir: PathBuf,
+    /// `INFRA_CONTAINERD_VERSION` (env files of older `boot.sh` runs lack it).
+    containerd_version: Option<String>,
+    /// `INFRA_MACHINE`, for `exec.sh`.
+    machine: Option<String>,
 }
 
 fn parse_env_file(text: &str) -> HashMap<String, String> {
@@ -76,17 +144,22 @@ fn parse_env_file(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn find_env() -> Result<Found, String> {
-    let vars: HashMap<String, String> = if std::env::var_os("INFRA_ROOT").is_some() {
-        std::env::vars().collect()
-    } else {
-        let text = std::fs::read_to_string(ENV_FILE).map_err(|e| {
-            format!(
-                "no node env: INFRA_ROOT is not set and {ENV_FILE} cannot be read ({e}); \
-                 start one with `.ci/node-env/make-rootfs.sh && .ci/node-env/boot.sh` (root)"
-            )
-        })?;
-        parse_env_file(&text)
+fn find_env(env_file: Option<&Path>) -> Result<Found, String> {
+    let vars: HashMap<String, String> = match env_file {
+        Some(f) => parse_env_file(
+            &std::fs::read_to_string(f)
+                .map_err(|e| format!("no node env: {} cannot be read ({e})", f.display()))?,
+        ),
+        None if std::env::var_os("INFRA_ROOT").is_some() => std::env::vars().collect(),
+        None => {
+            let text = std::fs::read_to_string(ENV_FILE).map_err(|e| {
+                format!(
+                    "no node env: INFRA_ROOT is not set and {ENV_FILE} cannot be read ({e}); \
+                     start one with `.ci/node-env/make-rootfs.sh && .ci/node-env/boot.sh` (root)"
+                )
+            })?;
+            parse_env_file(&text)
+        }
     };
     let get = |k: &str| {
         vars.get(k)
@@ -102,6 +175,11 @@ fn find_env() -> Result<Found, String> {
             .get("INFRA_RUN")
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir),
+        containerd_version: vars
+            .get("INFRA_CONTAINERD_VERSION")
+            .filter(|v| !v.is_empty())
+            .cloned(),
+        machine: vars.get("INFRA_MACHINE").filter(|v| !v.is_empty()).cloned(),
     };
     if !found.root.join("etc/containerd/config.toml.dist").is_file() {
         return Err(format!(
@@ -129,7 +207,12 @@ pub fn skip(test: &str, reason: &str) {
 /// The node env for `test`, locked and reset; `None` (after printing why) when there is none
 /// and it is not required.
 pub async fn node_env(test: &str) -> Option<NodeEnv> {
-    let found = match find_env() {
+    node_env_at(test, None).await
+}
+
+/// [`node_env`] of the env `boot.sh` described in `env_file` (for a run against several).
+pub async fn node_env_at(test: &str, env_file: Option<&Path>) -> Option<NodeEnv> {
+    let found = match find_env(env_file) {
         Ok(f) => f,
         Err(reason) => return skip_or_fail(test, &reason),
     };
@@ -152,14 +235,40 @@ pub async fn node_env(test: &str) -> Option<NodeEnv> {
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", lock_path.display()));
     lock.lock()
         .unwrap_or_else(|e| panic!("cannot lock {}: {e}", lock_path.display()));
-    let env = NodeEnv {
+    let dist = std::fs::read_to_string(found.root.join("etc/containerd/config.toml.dist"))
+        .expect("read config.toml.dist");
+    let mut env = NodeEnv {
         root: found.root,
         systemd,
         cri: CriClient::new(found.socket),
         bus: found.bus,
+        containerd: Containerd {
+            version: String::new(),
+            major_minor: (0, 0),
+            config_version: config_version(&dist),
+        },
+        machine: found.machine,
         _lock: lock,
     };
     env.reset().await;
+    let v = env
+        .cri
+        .version(VERIFY_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("CRI Version: {}", chain(&e)));
+    if let Some(expected) = &found.containerd_version {
+        assert_eq!(
+            &v.runtime_version, expected,
+            "CRI is answered by another containerd than INFRA_CONTAINERD_VERSION says"
+        );
+    }
+    env.containerd.major_minor = major_minor(&v.runtime_version)
+        .unwrap_or_else(|| panic!("containerd version {:?}", v.runtime_version));
+    env.containerd.version = v.runtime_version;
+    eprintln!(
+        "{test}: containerd {}, config version {}",
+        env.containerd.version, env.containerd.config_version
+    );
     Some(env)
 }
 
@@ -189,13 +298,51 @@ impl NodeEnv {
         self.root.join(DROPIN_DIR)
     }
 
-    /// Back to the node every test starts from (see the module's Guarantees).
-    pub async fn reset(&self) {
+    /// containerd's config as the node has it: `config.toml` and every file in
+    /// `/etc/containerd/conf.d/` (where the agent writes its drop-ins on 2.x), by path relative
+    /// to the root. Equal snapshots: the same config, byte for byte.
+    pub fn config_files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut files = BTreeMap::new();
+        let main = PathBuf::from("etc/containerd/config.toml");
+        files.insert(
+            main.clone(),
+            std::fs::read(self.root.join(&main)).expect("read config.toml"),
+        );
+        if let Ok(entries) = std::fs::read_dir(self.root.join(CONF_D)) {
+            for e in entries.flatten() {
+                let rel = Path::new(CONF_D).join(e.file_name());
+                files.insert(rel, std::fs::read(e.path()).expect("read a conf.d file"));
+            }
+        }
+        files
+    }
+
+    /// All of [`NodeEnv::config_files`] as one text (for searching it).
+    pub fn config_text(&self) -> String {
+        self.config_files()
+            .values()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Put the pristine config back: `config.toml` from `config.toml.dist`, `conf.d/` empty.
+    pub fn restore_config(&self) {
         std::fs::copy(
             self.root.join("etc/containerd/config.toml.dist"),
             self.config_file(),
         )
         .expect("restore config.toml from config.toml.dist");
+        if let Ok(entries) = std::fs::read_dir(self.root.join(CONF_D)) {
+            for e in entries.flatten() {
+                std::fs::remove_file(e.path()).expect("remove a conf.d file");
+            }
+        }
+    }
+
+    /// Back to the node every test starts from (see the module's Guarantees).
+    pub async fn reset(&self) {
+        self.restore_config();
         self.remove_dropins();
         self.write_dropin_file(BASE_DROPIN.0, BASE_DROPIN.1);
         self.systemd.reload().await.expect("Manager.Reload");
@@ -261,10 +408,11 @@ impl NodeEnv {
     /// Run a command inside the container (`.ci/node-env/exec.sh`).
     pub fn exec(&self, args: &[&str]) -> Output {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/node-env/exec.sh");
-        std::process::Command::new(script)
-            .args(args)
-            .output()
-            .expect("run .ci/node-env/exec.sh")
+        let mut cmd = std::process::Command::new(script);
+        if let Some(m) = &self.machine {
+            cmd.env("INFRA_MACHINE", m);
+        }
+        cmd.args(args).output().expect("run .ci/node-env/exec.sh")
     }
 
     /// [`NodeEnv::exec`] that must succeed: its stdout.

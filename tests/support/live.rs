@@ -191,13 +191,14 @@ pub fn shim_yaml(w: &World, name: &str, version: &str, selector: &str) -> String
 }
 
 /// The binary a config line names for a handler: `runtime_path = "/..."` or an absolute
-/// `runtime_type = "/..."` (what the agent writes), without the closing quote.
+/// `runtime_type = "/..."` (what the agent writes; in single quotes too, as containerd 2.x's
+/// configs have them), without the quotes.
 pub fn named_binary(line: &str) -> Option<&str> {
     let l = line.trim();
-    l.strip_prefix("runtime_path = \"")
-        .or_else(|| {
-            l.strip_prefix("runtime_type = \"")
-                .filter(|p| p.starts_with('/'))
-        })
-        .map(|p| p.trim_end_matches('"'))
+    let value = |key: &str| {
+        let v = l.strip_prefix(key)?.trim_start().strip_prefix('=')?.trim();
+        let q = v.chars().next().filter(|c| matches!(c, '"' | '\''))?;
+        Some(v[1..].trim_end_matches(q))
+    };
+    value("runtime_path").or_else(|| value("runtime_type").filter(|p| p.starts_with('/')))
 }
