@@ -42,8 +42,10 @@ use crate::txn::Gate;
 pub struct GateTimings {
     /// Candidate slots a waiting node watches.
     pub candidates: usize,
-    /// Longest hashed delay before a claim.
+    /// Longest hashed delay before a claim when few nodes wait.
     pub claim_delay_max: Duration,
+    /// Room per rival node in the claim window (about one API round trip under load).
+    pub per_rival: Duration,
     /// How long a wait lasts before the slots are listed again (N or failures may change).
     pub relist: Duration,
     /// Added to this node's wall clock in the times it writes (tests: skewed clocks; the
@@ -56,6 +58,7 @@ impl Default for GateTimings {
         GateTimings {
             candidates: 2,
             claim_delay_max: Duration::from_millis(200),
+            per_rival: Duration::from_millis(25),
             relist: Duration::from_secs(30),
             clock_skew_secs: 0,
         }
@@ -219,12 +222,8 @@ impl<'a> SlotGate<'a> {
                     }
                 }
                 Claim::Take(i) => {
-                    tokio::time::sleep(claim_delay(
-                        &self.my_uid,
-                        &name,
-                        self.timings.claim_delay_max,
-                    ))
-                    .await;
+                    let window = claim_window(shim, n, self.timings);
+                    tokio::time::sleep(claim_delay(&self.my_uid, &name, window)).await;
                     let Ok(l) = self.api.get(&super::slots::slot_name(&name, i)).await else {
                         continue;
                     };
@@ -326,6 +325,20 @@ impl<'a> SlotGate<'a> {
     }
 }
 
+/// The window claim delays are spread over: wide enough that the nodes waiting on one slot
+/// (the Shim's nodes still to do, from its status, spread over N slots and watched by
+/// `candidates` nodes each) are one `per_rival` apart, so the first claim lands before the
+/// next node tries, at least `claim_delay_max`, at most 30 s.
+pub fn claim_window(shim: &Shim, n: u32, t: GateTimings) -> Duration {
+    let waiting = shim
+        .status
+        .as_ref()
+        .and_then(|s| s.nodes.as_ref())
+        .map_or(0, |c| (c.targeted - c.installed - c.failed).max(0) as u64);
+    let per_slot = waiting * t.candidates as u64 / u64::from(n.max(1));
+    (t.per_rival * per_slot as u32).clamp(t.claim_delay_max, Duration::from_secs(30))
+}
+
 fn rolls_out(shim: &Shim) -> bool {
     !shim
         .spec
@@ -414,5 +427,53 @@ impl Gate for SlotGate<'_> {
             }
         }
         self.set_held(Vec::new());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NodeCounts, ShimStatus};
+
+    fn shim_with(targeted: i32, installed: i32, failed: i32) -> Shim {
+        let y = format!(
+            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
+            "a".repeat(64)
+        );
+        let mut s = crate::api::load::parse_shims(&y, "t.yaml")
+            .unwrap()
+            .remove(0);
+        s.status = Some(ShimStatus {
+            nodes: Some(NodeCounts {
+                targeted,
+                installed,
+                updating: 0,
+                failed,
+            }),
+            ..ShimStatus::default()
+        });
+        s
+    }
+
+    #[test]
+    fn the_claim_window_widens_with_the_nodes_waiting_per_slot() {
+        let t = GateTimings::default();
+        // few waiters: the floor
+        assert_eq!(claim_window(&shim_with(10, 5, 0), 5, t), t.claim_delay_max);
+        // 1000 nodes, 10 slots, 2 candidates each: 200 rivals per slot, 25 ms apart
+        assert_eq!(
+            claim_window(&shim_with(1000, 0, 0), 10, t),
+            Duration::from_secs(5)
+        );
+        // done and failed nodes do not wait
+        assert_eq!(
+            claim_window(&shim_with(1000, 900, 60), 10, t),
+            Duration::from_millis(200)
+        );
+        // one slot for 5000: capped
+        assert_eq!(
+            claim_window(&shim_with(5000, 0, 0), 1, t),
+            Duration::from_secs(30)
+        );
     }
 }

@@ -99,7 +99,7 @@ pub struct Agent<'n, 'a, R, H> {
     pub credential_check: Duration,
     /// How this node waits for rollout slots.
     pub gate_timings: GateTimings,
-    shutdown: Option<tokio_watch::Receiver<bool>>,
+    pub(super) shutdown: Option<tokio_watch::Receiver<bool>>,
     failures: BTreeMap<String, Failure>,
     solo: BTreeSet<String>,
     blocked_seen: BTreeMap<String, Vec<String>>,

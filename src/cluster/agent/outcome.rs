@@ -63,6 +63,12 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         node: &KubeNode,
     ) {
         let message = format!("{e:#}");
+        if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
+            // The wait for a rollout slot ended because the agent stops: nothing was tried,
+            // nothing failed; the next start takes it up again.
+            tracing::info!(error = %message, "stopping before the transaction");
+            return;
+        }
         let reason = error_reason(&e);
         let culprit: Vec<String> = match work {
             [one] => vec![one.clone()],

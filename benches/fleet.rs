@@ -1,0 +1,185 @@
+//! Rollouts of a whole fleet on the real API server (tests/support/fleet.rs: the real agent
+//! code per node, simulated hosts whose containerd restart takes T).
+//!
+//! For each run: total time against the ideal ⌈E/N⌉·T; API writes and watch events per node
+//! (from the API server's own `/metrics`: `apiserver_request_total` and
+//! `apiserver_watch_events_total`, before and after); 409 conflicts on slot Leases per slot
+//! hand-off; the API server's CPU time and peak resident memory (from /proc); the peak of
+//! concurrent restarts (must be ≤ N). The concurrency timeline of one run goes to
+//! `target/fleet-timeline.csv` for `scripts/plot-rollout`.
+//!
+//! `cargo bench --bench fleet` runs `FLEET_RUNS` (default `1000:1,1000:10,1000:5%,1000:50`,
+//! each `agents:maxUpdate`) with `FLEET_RESTART_MS` (default 500). Needs the kube env.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use support::fleet::{FleetConfig, run_fleet};
+use support::kube::{KubeEnv, kube_env};
+
+/// Counters of the API server's /metrics, summed by (name, a few labels).
+fn metrics(env: &KubeEnv) -> BTreeMap<String, f64> {
+    let (ok, text) = env.kubectl(&["get", "--raw", "/metrics"]);
+    assert!(ok, "metrics: {text}");
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((key, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let v: f64 = value.parse().unwrap_or(0.0);
+        let label = |name: &str| {
+            key.split([',', '{', '}'])
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|x| x.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        if key.starts_with("apiserver_request_total{") {
+            let verb = label("verb");
+            let code = label("code");
+            let res = label("resource");
+            if matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "DELETE") {
+                *out.entry("writes".into()).or_default() += v;
+                *out.entry(format!("writes:{res}")).or_default() += v;
+            }
+            if code == "409" && res == "shimleases" {
+                *out.entry("conflicts".into()).or_default() += v;
+            }
+        } else if key.starts_with("apiserver_watch_events_total{") {
+            *out.entry("watch_events".into()).or_default() += v;
+        }
+    }
+    out
+}
+
+fn apiserver_pid() -> Option<u32> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", "kube-apiserver"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// (CPU seconds so far, resident MiB now, peak resident MiB) of `pid`.
+fn proc_usage(pid: u32) -> (f64, f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|x| x.1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = 100.0; // USER_HZ on Linux
+    let cpu = f.get(11).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    };
+    (cpu / ticks, kib("VmRSS:"), kib("VmHWM:"))
+}
+
+fn main() {
+    let Some(env) = kube_env() else {
+        eprintln!("no kube env: nothing measured");
+        return;
+    };
+    let runs =
+        std::env::var("FLEET_RUNS").unwrap_or_else(|_| "1000:1,1000:10,1000:5%,1000:50".into());
+    let restart = Duration::from_millis(
+        std::env::var("FLEET_RESTART_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(500),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "| agents | maxUpdate | N | T | total | ideal ⌈E/N⌉·T | vs ideal | writes/node | watch events/node | 409s per hand-off | apiserver CPU | apiserver RSS peak | peak restarting | violations |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (k, spec) in runs.split(',').enumerate() {
+        let (agents, mu) = spec.split_once(':').expect("agents:maxUpdate");
+        let agents: usize = agents.parse().unwrap();
+        let mu_yaml = if mu.ends_with('%') {
+            format!("\"{mu}\"")
+        } else {
+            mu.to_string()
+        };
+        let mut cfg = FleetConfig::new(&format!("bench-{k}"), agents, &mu_yaml, restart);
+        cfg.deadline = Duration::from_secs(3600);
+        // the agent's own defaults: status at most every 2 s, 15 s coordinator lease
+        cfg.coordinator = shim_agent::cluster::coordinator::CoordinatorConfig::default();
+        let pid = apiserver_pid();
+        let before = metrics(env);
+        let cpu0 = pid.map(|p| proc_usage(p).0).unwrap_or(0.0);
+        let t = Instant::now();
+        let r = rt.block_on(run_fleet(env, &cfg));
+        let wall = t.elapsed();
+        let after = metrics(env);
+        let (cpu1, _, hwm) = pid.map(proc_usage).unwrap_or_default();
+        let d = |k: &str| after.get(k).unwrap_or(&0.0) - before.get(k).unwrap_or(&0.0);
+        let n = r.slots;
+        let ideal = restart.as_secs_f64() * agents.div_ceil(n) as f64;
+        // the rollout proper: from the first restart to the last (set-up excluded)
+        let first = r
+            .timeline
+            .iter()
+            .find(|(_, restarting, _)| *restarting > 0)
+            .map(|x| x.0);
+        let last = r
+            .timeline
+            .iter()
+            .rev()
+            .find(|(_, restarting, _)| *restarting > 0)
+            .map(|x| x.0);
+        let rollout = match (first, last) {
+            (Some(a), Some(b)) => b - a + restart.as_secs_f64(),
+            _ => 0.0,
+        };
+        let handoffs = r.restarts.saturating_sub(n).max(1) as f64;
+        println!(
+            "| {agents} | {mu} | {n} | {:.1} s | {rollout:.1} s (set-up incl.: {:.1} s) | {ideal:.1} s | {:+.1} % | {:.1} | {:.0} | {:.3} | {:.0} s ({:.0} % of one core) | {hwm:.0} MiB | {} | {} |",
+            restart.as_secs_f64(),
+            wall.as_secs_f64(),
+            (rollout / ideal - 1.0) * 100.0,
+            d("writes") / agents as f64,
+            d("watch_events") / agents as f64,
+            d("conflicts") / handoffs,
+            cpu1 - cpu0,
+            (cpu1 - cpu0) / wall.as_secs_f64() * 100.0,
+            r.peak_restarting,
+            r.violations.len(),
+        );
+        if !r.violations.is_empty() {
+            eprintln!("violations: {:#?}", r.violations);
+        }
+        if k == 0 || std::env::var_os("FLEET_TIMELINE_ALL").is_some() {
+            let mut csv = String::from("seconds,restarting,holders\n");
+            for (s, a, b) in &r.timeline {
+                csv.push_str(&format!("{s:.3},{a},{b}\n"));
+            }
+            let path = format!(
+                "target/fleet-timeline-{agents}-{}.csv",
+                mu.replace('%', "pct")
+            );
+            std::fs::write(&path, csv).unwrap();
+            eprintln!("timeline: {path}");
+        }
+    }
+}
