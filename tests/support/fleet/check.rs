@@ -1,0 +1,189 @@
+//! The fleet's simulated hosts and its checker: restarts counted fleet-wide and each checked
+//! against the node's slot on the API server; every slot event checked as it happens.
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::api::{DeleteParams, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use shim_agent::api::lease::ShimLease;
+use shim_agent::cluster::NAMESPACE;
+use shim_agent::cluster::slots::{SLOT_CLOSED, SLOT_FREED, SLOT_SHIM_LABEL};
+use shim_agent::txn::{HealthCheck, Restarter};
+
+use super::super::live::FakeContainerd;
+
+#[derive(Default)]
+pub struct Shared {
+    /// The bound a new acquisition must respect now.
+    pub n: usize,
+    pub restarting: usize,
+    pub holders: usize,
+    pub peak_restarting: usize,
+    pub peak_holders: usize,
+    pub restarts: usize,
+    pub violations: Vec<String>,
+    pub timeline: Vec<(f64, usize, usize)>,
+    pub slot_events: usize,
+}
+
+pub type SharedRef = Arc<Mutex<Shared>>;
+
+pub fn note(shared: &SharedRef, t0: Instant, f: impl FnOnce(&mut Shared)) {
+    let mut s = shared.lock().unwrap();
+    f(&mut s);
+    let (r, h) = (s.restarting, s.holders);
+    s.peak_restarting = s.peak_restarting.max(r);
+    s.peak_holders = s.peak_holders.max(h);
+    s.timeline.push((t0.elapsed().as_secs_f64(), r, h));
+}
+
+/// One restart under way; it ends when dropped (also when the agent is killed mid-restart).
+struct Restarting {
+    shared: SharedRef,
+    t0: Instant,
+}
+
+impl Restarting {
+    fn start(shared: &SharedRef, t0: Instant) -> Restarting {
+        note(shared, t0, |s| {
+            s.restarting += 1;
+            s.restarts += 1;
+        });
+        Restarting {
+            shared: shared.clone(),
+            t0,
+        }
+    }
+}
+
+impl Drop for Restarting {
+    fn drop(&mut self) {
+        note(&self.shared, self.t0, |s| s.restarting -= 1);
+    }
+}
+
+/// A simulated host: the scripted containerd of `live`, restarts counted fleet-wide, and
+/// each restart checked against the node's slot on the API server.
+pub struct Host {
+    pub name: String,
+    pub inner: FakeContainerd,
+    pub shared: SharedRef,
+    pub t0: Instant,
+    pub slots: Api<ShimLease>,
+    pub shim: String,
+    /// Set when this host's agent is to be killed (during its restart, or as the coordinator).
+    pub crash: Rc<Cell<bool>>,
+    /// How long a killed agent stays down.
+    pub down_for: Cell<Duration>,
+    /// This node's clock skew (as its agent writes times).
+    pub skew_secs: i64,
+    pub crash_on_restart: Cell<bool>,
+    pub delete_on_restart: Cell<bool>,
+    pub nodes: Api<KubeNode>,
+}
+
+impl Restarter for &Host {
+    async fn restart(&self, unit: &str) -> Result<(), String> {
+        // A restart needs this node's slot, renewed within the last few seconds.
+        let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={}", self.shim));
+        // Renewed within the last 10 s by this node's own (skewed) clock: the renewal that
+        // must come right before a restart.
+        let now = k8s_openapi::jiff::Timestamp::now().as_second() + self.skew_secs;
+        let fresh = match self.slots.list(&lp).await {
+            Ok(list) => list.items.iter().any(|l| {
+                l.spec.holder_identity.as_deref() == Some(&self.name)
+                    && l.annotations().get(SLOT_FREED).is_none()
+                    && l.spec
+                        .renew_time
+                        .as_ref()
+                        .is_some_and(|t| (now - t.0.as_second()).abs() <= 10)
+            }),
+            Err(_) => true, // the API server is busy: cannot tell, do not count
+        };
+        if !fresh {
+            note(&self.shared, self.t0, |s| {
+                s.violations.push(format!(
+                    "{} restarted containerd without a slot renewed just before",
+                    self.name
+                ))
+            });
+        }
+        // A deleted Node's slot is freed for another node while this host may still be
+        // restarting: from then on this host is not one of the fleet's nodes.
+        let deleting = self.delete_on_restart.replace(false);
+        let _counted = (!deleting).then(|| Restarting::start(&self.shared, self.t0));
+        if deleting {
+            let _ = self
+                .nodes
+                .delete(&self.name, &DeleteParams::default())
+                .await;
+        }
+        if self.crash_on_restart.replace(false) {
+            self.crash.set(true);
+        }
+        (&self.inner).restart(unit).await
+    }
+}
+
+impl HealthCheck for &Host {
+    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+        (&self.inner).verify(present, absent).await
+    }
+}
+
+/// Watch the slots; keep the holder count and check each change.
+pub async fn checker(
+    client: Client,
+    shim: String,
+    deleted: BTreeSet<String>,
+    shared: SharedRef,
+    t0: Instant,
+) {
+    let api: Api<ShimLease> = Api::namespaced(client, NAMESPACE);
+    let cfg = watcher::Config::default().labels(&format!("{SLOT_SHIM_LABEL}={shim}"));
+    let mut stream = watcher(api, cfg).applied_objects().boxed();
+    let mut seen: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    while let Some(Ok(l)) = stream.next().await {
+        let holder = l.spec.holder_identity.clone().unwrap_or_default();
+        let closed = l.annotations().get(SLOT_CLOSED).cloned();
+        let before = seen.insert(l.name_any(), (holder.clone(), closed.clone()));
+        let all_halted =
+            !seen.is_empty() && seen.values().all(|(_, c)| c.as_deref() == Some("halted"));
+        let mut s = shared.lock().unwrap();
+        s.slot_events += 1;
+        let (was, was_closed) = before.unwrap_or_default();
+        if was.is_empty() && !holder.is_empty() && was_closed.is_some() {
+            s.violations.push(format!(
+                "{holder} took {} while it was closed ({was_closed:?})",
+                l.name_any()
+            ));
+        }
+        if !was.is_empty() && holder.is_empty() {
+            let freed_by_other = l.annotations().get(SLOT_FREED) == Some(&was);
+            if freed_by_other && !deleted.contains(&was) {
+                s.violations.push(format!(
+                    "the slot of live node {was} was freed by someone else"
+                ));
+            }
+        }
+        if all_halted && was.is_empty() && !holder.is_empty() {
+            s.violations
+                .push(format!("{holder} took a slot after the halt"));
+        }
+        s.holders = seen.values().filter(|(h, _)| !h.is_empty()).count();
+        if was.is_empty() && !holder.is_empty() && s.holders > s.n {
+            let (h, n) = (s.holders, s.n);
+            s.violations
+                .push(format!("{holder} took a slot: {h} holders > N = {n}"));
+        }
+        drop(s);
+        note(&shared, t0, |_| {});
+    }
+}
