@@ -128,7 +128,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         }
         tokio::select! {
             Some(()) = rx.recv() => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 while rx.try_recv().is_ok() {}
             }
             _ = async {

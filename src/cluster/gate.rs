@@ -57,7 +57,7 @@ impl Default for GateTimings {
     fn default() -> Self {
         GateTimings {
             candidates: 2,
-            claim_delay_max: Duration::from_millis(200),
+            claim_delay_max: Duration::from_millis(20),
             per_rival: Duration::from_millis(25),
             relist: Duration::from_secs(30),
             clock_skew_secs: 0,
@@ -458,8 +458,12 @@ mod tests {
     #[test]
     fn the_claim_window_widens_with_the_nodes_waiting_per_slot() {
         let t = GateTimings::default();
-        // few waiters: the floor
-        assert_eq!(claim_window(&shim_with(10, 5, 0), 5, t), t.claim_delay_max);
+        // few waiters: a few rivals' worth, or the floor
+        assert_eq!(
+            claim_window(&shim_with(10, 5, 0), 5, t),
+            Duration::from_millis(50)
+        );
+        assert_eq!(claim_window(&shim_with(2, 1, 0), 5, t), t.claim_delay_max);
         // 1000 nodes, 10 slots, 2 candidates each: 200 rivals per slot, 25 ms apart
         assert_eq!(
             claim_window(&shim_with(1000, 0, 0), 10, t),

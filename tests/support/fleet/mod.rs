@@ -399,6 +399,9 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
     };
     let ((installed, halted), _) = tokio::join!(body, agents);
     let elapsed = t0.elapsed();
+    // leave the cluster as it was: the Shim (its slots go with it) and the Nodes
+    force_delete_shim(&admin, &cfg.run).await;
+    let _ = nodes.delete_collection(&DeleteParams::default(), &lp).await;
     // the deleted Nodes' slots are freed by the coordinator: checked once the agents stopped
     checker.abort();
     let s = shared.lock().unwrap();
