@@ -76,6 +76,9 @@ pub struct SlotGate<'a> {
     held: Mutex<Vec<(&'a Shim, ShimLease)>>,
     /// Waiting for a slot ends when this turns true.
     shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Shims this node runs from its own `shims.d` (they win over a cluster Shim of the same
+    /// name): the node owner's, no rollout.
+    statics: BTreeSet<String>,
 }
 
 fn now(skew_secs: i64) -> MicroTime {
@@ -106,7 +109,14 @@ impl<'a> SlotGate<'a> {
             timings,
             held: Mutex::new(Vec::new()),
             shutdown: None,
+            statics: BTreeSet::new(),
         }
+    }
+
+    /// Never gate these Shims: the node's static ones.
+    pub fn except(mut self, statics: impl IntoIterator<Item = String>) -> Self {
+        self.statics.extend(statics);
+        self
     }
 
     /// End any wait for a slot when `shutdown` turns true (the transaction then aborts before
@@ -351,8 +361,11 @@ impl Gate for SlotGate<'_> {
     async fn acquire(&self, shims: &[String]) -> Result<(), String> {
         let mut held = self.held();
         for name in shims {
-            let Some(shim) = self.cluster.iter().find(|s| s.name_any() == *name) else {
+            if self.statics.contains(name) {
                 continue; // a static Shim: the node's own, no rollout
+            }
+            let Some(shim) = self.cluster.iter().find(|s| s.name_any() == *name) else {
+                continue; // not the cluster's (a static Shim being removed)
             };
             if !rolls_out(shim) || held.iter().any(|(s, _)| s.name_any() == *name) {
                 continue;

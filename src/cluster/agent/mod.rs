@@ -365,7 +365,8 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         let gate = match &self.shutdown {
             Some(s) => gate.until(s.clone()),
             None => gate,
-        };
+        }
+        .except(statics.iter().map(|s| s.name().to_string()));
         let (announced, result) = {
             let agent: &Self = self;
             tokio::join!(
