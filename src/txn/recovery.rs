@@ -40,12 +40,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 self.close(store, state, j)?;
             }
             Recovery::RollBackAndRestart => {
-                self.roll_back(
-                    store,
-                    state,
-                    j.reason.clone().unwrap_or_else(|| "interrupted".into()),
-                )
-                .await?;
+                let reason = j.reason.clone().unwrap_or_else(|| "interrupted".into());
+                self.roll_back(store, state, reason, true).await?;
             }
             Recovery::RollForward(phase) => {
                 let mut report = Report::default();
@@ -94,16 +90,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         state: &mut NodeState,
         reason: String,
     ) -> anyhow::Result<()> {
-        tracing::error!(%reason, "transaction failed; rolling back");
-        self.event(
-            store,
-            state,
-            Event::Failed {
-                reason: reason.clone(),
-            },
-        )?;
-        self.roll_back(store, state, reason.clone()).await?;
-        bail!("{reason}; rolled back: containerd runs the previous configuration")
+        self.fail_with(store, state, reason, true).await
     }
 
     /// A step before the restart failed (or the rollout slot was lost): containerd still runs
@@ -114,7 +101,17 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         state: &mut NodeState,
         reason: String,
     ) -> anyhow::Result<()> {
-        tracing::error!(%reason, "transaction failed before the restart; putting the files back");
+        self.fail_with(store, state, reason, false).await
+    }
+
+    async fn fail_with(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        reason: String,
+        restart: bool,
+    ) -> anyhow::Result<()> {
+        tracing::error!(%reason, restart, "transaction failed; rolling back");
         self.event(
             store,
             state,
@@ -122,25 +119,22 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 reason: reason.clone(),
             },
         )?;
-        let Some(j) = state.journal.clone() else {
-            bail!("{reason}")
-        };
-        restore_backups(self.root, &j)?;
-        for p in &j.pending {
-            if state.shims.get(&p.name).map(|s| &s.binary) != Some(&p.binary) {
-                let _ = remove_binary(self.root, p);
-            }
+        self.roll_back(store, state, reason.clone(), restart)
+            .await?;
+        if restart {
+            bail!("{reason}; rolled back: containerd runs the previous configuration")
         }
-        self.event(store, state, Event::RolledBack)?;
-        self.close(store, state, &j)?;
         bail!("{reason}; rolled back without a restart: containerd runs the previous configuration")
     }
 
+    /// Put the files back and, when containerd was (or may have been) restarted with them,
+    /// restart it and check it serves what it served before.
     async fn roll_back(
         &self,
         store: &StateStore,
         state: &mut NodeState,
         reason: String,
+        restart: bool,
     ) -> anyhow::Result<()> {
         let Some(j) = state.journal.clone() else {
             return Ok(());
@@ -155,9 +149,13 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             .filter(|p| !state.shims.contains_key(&p.name))
             .map(|p| p.handler.clone())
             .collect();
-        let outcome = match self.restarter.restart(&self.profile.unit).await {
-            Ok(()) => self.health.verify(&before, &new).await,
-            Err(e) => Err(e),
+        let outcome = if !restart {
+            Ok(())
+        } else {
+            match self.restarter.restart(&self.profile.unit).await {
+                Ok(()) => self.health.verify(&before, &new).await,
+                Err(e) => Err(e),
+            }
         };
         match outcome {
             Ok(()) => {
