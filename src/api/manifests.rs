@@ -272,6 +272,21 @@ fn slot_writes_policy() -> serde_json::Value {
     })
 }
 
+/// A ValidatingAdmissionPolicy and the binding that makes it deny.
+fn push_policy(out: &mut String, name: &str, policy: &serde_json::Value) -> anyhow::Result<()> {
+    const API: &str = "admissionregistration.k8s.io/v1";
+    push_doc(out, API, "ValidatingAdmissionPolicy", policy)?;
+    push_doc(
+        out,
+        API,
+        "ValidatingAdmissionPolicyBinding",
+        &serde_json::json!({
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "shim-agent"}},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        }),
+    )
+}
+
 /// CRD, namespace and RBAC as one multi-document YAML stream.
 pub fn manifests_yaml() -> anyhow::Result<String> {
     let mut out = String::new();
@@ -326,35 +341,7 @@ pub fn manifests_yaml() -> anyhow::Result<String> {
             subjects: Some(subjects()),
         },
     )?;
-    push_doc(
-        &mut out,
-        "admissionregistration.k8s.io/v1",
-        "ValidatingAdmissionPolicy",
-        &shim_writes_policy(),
-    )?;
-    push_doc(
-        &mut out,
-        "admissionregistration.k8s.io/v1",
-        "ValidatingAdmissionPolicyBinding",
-        &serde_json::json!({
-            "metadata": {"name": SHIM_WRITES_POLICY, "labels": {"app.kubernetes.io/name": "shim-agent"}},
-            "spec": {"policyName": SHIM_WRITES_POLICY, "validationActions": ["Deny"]},
-        }),
-    )?;
-    push_doc(
-        &mut out,
-        "admissionregistration.k8s.io/v1",
-        "ValidatingAdmissionPolicy",
-        &slot_writes_policy(),
-    )?;
-    push_doc(
-        &mut out,
-        "admissionregistration.k8s.io/v1",
-        "ValidatingAdmissionPolicyBinding",
-        &serde_json::json!({
-            "metadata": {"name": SLOT_WRITES_POLICY, "labels": {"app.kubernetes.io/name": "shim-agent"}},
-            "spec": {"policyName": SLOT_WRITES_POLICY, "validationActions": ["Deny"]},
-        }),
-    )?;
+    push_policy(&mut out, SHIM_WRITES_POLICY, &shim_writes_policy())?;
+    push_policy(&mut out, SLOT_WRITES_POLICY, &slot_writes_policy())?;
     Ok(out)
 }
