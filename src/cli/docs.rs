@@ -51,6 +51,9 @@ pub fn generate(cmd: clap::Command, out_dir: &Path) -> anyhow::Result<Vec<PathBu
         let path = dir.join(file_name);
         let mut buf = Vec::new();
         clap_complete::generate(shell, &mut visible.clone(), &name, &mut buf);
+        if shell == Shell::Bash {
+            buf = fix_bash_names(&buf, &name);
+        }
         let mut file =
             fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
         file.write_all(&buf)
@@ -59,6 +62,21 @@ pub fn generate(cmd: clap::Command, out_dir: &Path) -> anyhow::Result<Vec<PathBu
     }
     written.sort();
     Ok(written)
+}
+
+/// clap_complete 4.6 names the subcommands' cases of a hyphenated command inconsistently in
+/// bash: `cmd` is set to `shim__agent__subcmd__install` but the case is spelled
+/// `shim__subcmd__agent__subcmd__install)`, so no subcommand's options ever complete.
+/// Spell both the same way (scripts/check-packages completes `shim-agent install --r`).
+fn fix_bash_names(script: &[u8], name: &str) -> Vec<u8> {
+    let text = String::from_utf8_lossy(script);
+    let wrong = name.replace('-', "__subcmd__");
+    let right = name.replace('-', "__");
+    if wrong == right {
+        return script.to_vec();
+    }
+    text.replace(&format!("{wrong}__subcmd__"), &format!("{right}__subcmd__"))
+        .into_bytes()
 }
 
 /// `cmd` without its hidden subcommands, at every level. clap's builder takes only `'static`
@@ -139,5 +157,17 @@ mod tests {
         }
         let page = fs::read_to_string(dir.path().join("man/man1/toy.1")).unwrap();
         assert!(page.contains(".TH toy 1"), "{page}");
+    }
+
+    #[test]
+    fn bash_completion_of_a_hyphenated_command_reaches_subcommand_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let cmd = Command::new("my-tool")
+            .subcommand(Command::new("shown").arg(Arg::new("root").long("root")));
+        generate(cmd, dir.path()).unwrap();
+        let bash = fs::read_to_string(dir.path().join("completions/bash/my-tool")).unwrap();
+        assert!(bash.contains("cmd=\"my__tool__subcmd__shown\""), "{bash}");
+        assert!(bash.contains("my__tool__subcmd__shown)"), "{bash}");
+        assert!(!bash.contains("my__subcmd__tool"), "{bash}");
     }
 }
