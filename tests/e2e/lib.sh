@@ -59,8 +59,10 @@ e2e_build_deb() {
     out=$("$E2E_REPO/scripts/package" | tail -n 5) || return 1
     deb=$(grep -E '\.deb$' <<<"$out" | tail -n 1)
   else
-    command -v cargo-deb >/dev/null || [ -x "$HOME/.cargo/bin/cargo-deb" ] ||
-      { echo "cargo-deb is missing (cargo install cargo-deb)" >&2; return 1; }
+    if ! command -v cargo-deb >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then
+      echo "installing cargo-deb (cargo install --locked cargo-deb)" >&2
+      cargo install --locked --quiet cargo-deb >&2 || return 1
+    fi
     (cd "$E2E_REPO" && cargo deb --locked --quiet >&2) || return 1
     deb=$(find "$target/debian" -maxdepth 1 -name "shim-agent_*.deb" -printf "%T@ %p\n" | sort -rn | head -n 1 | cut -d" " -f2-)
   fi
@@ -101,15 +103,15 @@ e2e_artifact() {
 e2e_publish_artifacts() { mkdir -p "$1$E2E_ART"; cp "$E2E_ART"/*.tar.gz "$1$E2E_ART/"; }
 # e2e_shim_yaml NAME SHA256 [SELECTOR_KEY=VALUE]: a Shim for that artifact.
 e2e_shim_yaml() {
-  local sel=""
-  [ -n "${3:-}" ] && sel="  nodeSelector: {\"${3%%=*}\": \"${3#*=}\"}"
   cat <<YAML
 apiVersion: containerd.x-k8s.io/v1alpha1
 kind: Shim
 metadata:
   name: $1
 spec:
-$sel
+YAML
+  [ -z "${3:-}" ] || printf '  nodeSelector: {"%s": "%s"}\n' "${3%%=*}" "${3#*=}"
+  cat <<YAML
   fetchStrategy:
     type: anonymousHttp
     anonHttp:
@@ -127,7 +129,7 @@ e2e_node_image() {
   local m=$1 v=$2 bins=""
   [ "$v" = debian ] || { bins=$(e2e_containerd_bins); [ -n "$bins" ] || fail "no containerd $v builds"; }
   E2E_NODES+=("$m")
-  "$E2E_NODE_ENV/make-rootfs.sh" >&2
+  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" "$E2E_NODE_ENV/make-rootfs.sh" >&2
   env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" INFRA_CONTAINERD="$v" \
     INFRA_CONTAINERD_BINS="${bins:-/nonexistent}" INFRA_FRESH=only "$E2E_NODE_ENV/boot.sh" 2>&1 | sed 's/^/    /' >&2
   local r=/var/tmp/node-env/$m
@@ -146,7 +148,10 @@ e2e_node_boot() {
 e2e_node_join() { env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$E2E_KUBE_ENV/kubelet-node.sh" join | sed 's/^/    /'; }
 # X MACHINE CMD...: run CMD inside the node.
 X() { local m=$1; shift; env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" "$E2E_NODE_ENV/exec.sh" "$@"; }
-e2e_node_stop() { env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$E2E_NODE_ENV/stop.sh" --purge >/dev/null 2>&1 || true; }
+e2e_node_stop() {
+  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$E2E_NODE_ENV/stop.sh" --purge >/dev/null 2>&1 || true
+  rm -rf "/var/tmp/node-env/run/$1"   # its console log
+}
 
 # containerd's config as the agent may change it (config.toml, conf.d/*), one line per file.
 e2e_config_digest() {
