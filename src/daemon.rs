@@ -106,7 +106,7 @@ pub async fn adopt_pending<H: HealthCheck>(
                 changed = true;
             }
             Err(e) => {
-                tracing::warn!(shim = %name, error = %e, "offline install not served by containerd yet")
+                tracing::warn!(shim = %name, "offline install not served by containerd yet: {e}")
             }
         }
     }
@@ -144,7 +144,7 @@ pub async fn reconcile_once<R: Restarter, H: HealthCheck>(
     let dir = node.root.resolve(&node.settings.paths.static_shims_dir)?;
     let (desired, errors) = read_static_shims(&dir);
     for e in &errors {
-        tracing::error!(error = %e, "ignoring a static Shim file until it is fixed");
+        tracing::error!("ignoring a static Shim file until it is fixed: {e}");
     }
     let changes = static_changes(&desired, state, !errors.is_empty());
     let report = node.apply_with(store, state, changes).await?;
@@ -163,13 +163,16 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     adopt_pending(&node.health, &store, &mut state).await?;
     let (tx, mut events) = mpsc::channel::<()>(16);
     let _watcher = watch(&watched_paths(node), tx)?;
+    crate::telemetry::ready();
     loop {
-        if let Err(e) = reconcile_once(node, &store, &mut state).await {
-            tracing::error!(
-                error = format!("{e:#}"),
-                "reconcile failed; retrying on the next change"
-            );
-        }
+        let failing = match reconcile_once(node, &store, &mut state).await {
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                tracing::error!("reconcile failed; retrying on the next change: {e:#}");
+                vec!["static Shims (see the log)".to_string()]
+            }
+        };
+        crate::telemetry::settled(state.shims.len(), failing);
         tokio::select! {
             _ = shutdown.changed() => return Ok(()),
             _ = events.recv() => {
@@ -203,7 +206,7 @@ pub fn watch(
                 .unwrap_or_else(|| p.clone())
         };
         if let Err(e) = w.watch(&target, RecursiveMode::Recursive) {
-            tracing::warn!(path = %target.display(), error = %e, "cannot watch path; relying on the periodic resync");
+            tracing::warn!(path = %target.display(), "cannot watch path; relying on the periodic resync: {e}");
         }
     }
     Ok(w)

@@ -8,7 +8,9 @@
 //! - [`settings`]: the agent's own configuration (`/etc/shim-agent/config.toml`);
 //! - [`node`]: the real edges of a node transaction: systemd over D-Bus, containerd's CRI;
 //! - [`txn`]: the one transaction engine, for a live node and an image root;
-//! - [`cluster`]: the Kubernetes daemon; [`cli`]: what the commands do.
+//! - [`cluster`]: the Kubernetes daemon; [`cli`]: what the commands do;
+//! - [`telemetry`]: journal message ids, metrics and the status line the core records;
+//!   [`service`]: the systemd service around `run` (notify, signals, reload, logs, metrics).
 
 pub mod api;
 pub mod artifact;
@@ -20,6 +22,8 @@ pub mod fsutil;
 pub mod hostroot;
 pub mod node;
 pub mod profile;
+pub mod service;
 pub mod settings;
 pub mod state;
+pub mod telemetry;
 pub mod txn;

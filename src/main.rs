@@ -7,12 +7,11 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use shim_agent::cli::{self, image};
 use shim_agent::hostroot::HostRoot;
-use shim_agent::node::{CriClient, SystemdDbus};
 use shim_agent::settings::Settings;
 use shim_agent::state::Origin;
-use shim_agent::txn::real::{CriHealth, SystemdRestarter};
-use shim_agent::txn::{Change, Node};
-use shim_agent::{api, artifact, cluster, daemon, profile, settings};
+use shim_agent::txn::Change;
+use shim_agent::txn::real::live_node;
+use shim_agent::{api, artifact, cluster, service, settings};
 
 /// shim-agent installs containerd shims on this node and registers their runtime handlers.
 ///
@@ -133,38 +132,6 @@ fn is_live(arg: &RootArg) -> bool {
     arg.root.is_none() || arg.live
 }
 
-/// The node as seen from here: systemd on the system bus, containerd's CRI socket.
-async fn live_node<'a>(
-    root: &'a HostRoot,
-    settings: &'a Settings,
-    origin: Origin,
-) -> anyhow::Result<Node<'a, SystemdRestarter, CriHealth>> {
-    let profile = profile::resolve(root, &settings.containerd);
-    let socket = match std::env::var_os("CONTAINERD_ADDRESS") {
-        Some(s) => PathBuf::from(s),
-        None => root.resolve(&profile.socket)?,
-    };
-    let systemd = SystemdDbus::connect_system()
-        .await
-        .context("cannot reach systemd on the system bus")?;
-    let secs = std::time::Duration::from_secs;
-    Ok(Node {
-        root,
-        settings,
-        platform: artifact::node_platform(),
-        origin,
-        restarter: SystemdRestarter {
-            systemd,
-            timeout: secs(settings.containerd.restart_timeout_secs),
-        },
-        health: CriHealth {
-            cri: CriClient::new(socket),
-            timeout: secs(settings.containerd.verify_timeout_secs),
-        },
-        profile,
-    })
-}
-
 fn print_report(r: &shim_agent::txn::Report) {
     for n in &r.installed {
         println!("installed {n}: containerd serves its handler");
@@ -197,14 +164,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         None => (PathBuf::from(settings::DEFAULT_CONFIG_PATH), false),
     };
     let settings = settings::load(&config_path, explicit)?;
-    init_logging(cli.log_level.as_deref().unwrap_or(&settings.log.level));
-    match cli.command {
+    let level = cli.log_level.clone().unwrap_or(settings.log.level.clone());
+    let command = match cli.command {
+        Command::Run(args) => {
+            let root = host_root(&args.root)?;
+            let node = cluster::connect::node_name(&settings).ok();
+            let log = service::logging::init(&level, node.as_deref());
+            let source = service::ConfigSource {
+                path: config_path,
+                explicit,
+                log_level: cli.log_level,
+            };
+            return service::run(root, source, settings, log);
+        }
+        other => other,
+    };
+    service::logging::init(&level, None);
+    match command {
         Command::Crd => print!("{}", api::manifests::crd_yaml()?),
         Command::Manifests => print!("{}", api::manifests::manifests_yaml()?),
         Command::Containerd(cmd) => cli::containerd::run(cmd, &HostRoot::system())?,
         Command::Install(args) => cmd_install(&settings, args)?,
         Command::Uninstall(args) => cmd_uninstall(&settings, args)?,
-        Command::Run(args) => cmd_run(&settings, args)?,
+        // (run returned above)
+        Command::Run(_) => {}
         Command::Status(args) => {
             let root = host_root(&args.root)?;
             let state = cli::status::read_state(&root, &settings)?;
@@ -307,66 +290,4 @@ fn cmd_uninstall(settings: &Settings, args: UninstallArgs) -> anyhow::Result<()>
         println!("  {f}: changed by someone else since the install; only the handler was removed");
     }
     Ok(())
-}
-
-fn cmd_run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
-    let root = host_root(&args.root)?;
-    let source = cluster::connect::find_source(settings)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            tracing::info!("stopping");
-            let _ = tx.send(true);
-        });
-        match source {
-            Some(source) => {
-                let node = live_node(&root, settings, Origin::Cluster).await?;
-                let k = &settings.kubernetes;
-                let secs = std::time::Duration::from_secs;
-                let config = cluster::session::SessionConfig {
-                    source,
-                    node_name: cluster::connect::node_name(settings)?,
-                    coordinator: cluster::coordinator::CoordinatorConfig {
-                        timings: cluster::election::Timings {
-                            lease_duration: secs(k.lease_duration_secs),
-                            renew_deadline: secs(k.renew_deadline_secs),
-                            retry_period: secs(k.retry_period_secs),
-                        },
-                        status_interval: secs(k.status_interval_secs),
-                    },
-                    node_wait: secs(k.node_wait_secs),
-                    credential_check: secs(cluster::connect::CREDENTIAL_CHECK_SECS),
-                    gate: cluster::gate::GateTimings::default(),
-                };
-                tracing::info!(unit = %node.profile.unit, config = %node.profile.config, node = %config.node_name, "shim-agent running (cluster and static Shims)");
-                cluster::session::run(&node, config, rx).await
-            }
-            None => {
-                let node = live_node(&root, settings, Origin::Static).await?;
-                tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (static Shims only: no kubeconfig found)");
-                daemon::run(&node, rx).await
-            }
-        }
-    })
-}
-
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
 }

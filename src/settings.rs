@@ -25,6 +25,7 @@ pub struct Settings {
     pub paths: PathSettings,
     pub kubernetes: KubernetesSettings,
     pub log: LogSettings,
+    pub metrics: MetricsSettings,
 }
 
 /// Which node this agent is.
@@ -93,6 +94,10 @@ pub struct FetchSettings {
     pub attempts: u32,
     /// File holding a bearer token for OCI registries (empty: anonymous pulls).
     pub registry_token_file: String,
+    /// PEM file of CA certificates trusted for https artifacts and OCI registries, beside
+    /// the system's bundle (empty: the system's only). A node with neither can still fetch
+    /// `file://` and `http://` artifacts.
+    pub ca_file: String,
 }
 
 impl Default for FetchSettings {
@@ -106,6 +111,7 @@ impl Default for FetchSettings {
             read_timeout_secs: 30,
             attempts: 4,
             registry_token_file: String::new(),
+            ca_file: String::new(),
         }
     }
 }
@@ -173,6 +179,25 @@ impl Default for LogSettings {
     fn default() -> Self {
         LogSettings {
             level: "info".into(),
+        }
+    }
+}
+
+/// Where Prometheus metrics are served (`GET /metrics`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MetricsSettings {
+    /// Unix socket (empty: none). Its directory is the unit's RuntimeDirectory.
+    pub socket: String,
+    /// TCP address such as `127.0.0.1:9464` (empty: none).
+    pub address: String,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            socket: "/run/shim-agent/metrics.sock".into(),
+            address: String::new(),
         }
     }
 }

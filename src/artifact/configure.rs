@@ -23,10 +23,16 @@ pub fn fetcher(f: &FetchSettings, platform: Platform, progress: bool) -> anyhow:
         max_attempts: f.attempts,
         ..RetryPolicy::default()
     };
-    Ok(Fetcher::new(limits, retry)?
+    let fetcher = Fetcher::new(limits, retry)?
         .allow_unverified(f.allow_unverified)
         .for_platform(platform)
-        .with_progress(progress))
+        .with_progress(progress);
+    Ok(match f.ca_file.as_str() {
+        "" => fetcher,
+        path => fetcher.with_ca_pem(
+            std::fs::read(path).with_context(|| format!("cannot read fetch.ca-file {path}"))?,
+        ),
+    })
 }
 
 /// The Shim's fetchStrategy as this module's plain input; the registry token comes from

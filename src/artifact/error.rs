@@ -36,11 +36,15 @@ pub enum ArtifactError {
         available: String,
     },
 
-    /// The HTTP client cannot be built, e.g. without any CA certificate on the node.
-    #[error(
-        "cannot set up the HTTP client ({detail}): install the node's CA certificates (the ca-certificates package) for https:// artifacts, or use file:// or http:// locations"
-    )]
+    /// The HTTP client cannot be built (e.g. `fetch.ca-file` holds no certificate).
+    #[error("cannot set up the HTTP client: {detail}")]
     HttpClient { detail: String },
+
+    /// An https:// location on a node with no CA certificate to verify it with.
+    #[error(
+        "{url}: https needs CA certificates, and this node has none: no system bundle (install the ca-certificates package) and no fetch.ca-file in the agent's config; file:// and http:// locations work without"
+    )]
+    NoCaCertificates { url: String },
 
     /// The location's scheme is not http, https or file.
     #[error("unsupported location {location:?}: use an http://, https:// or file:// URL")]
@@ -200,6 +204,7 @@ impl ArtifactError {
             NoPlatformMatch { .. } => "NoPlatformMatch",
             UnsupportedScheme { .. } => "UnsupportedScheme",
             HttpClient { .. } => "HttpClientUnavailable",
+            NoCaCertificates { .. } => "NoCaCertificates",
             HttpStatus { .. } => "HttpStatus",
             Timeout { .. } => "Timeout",
             Connect { .. } => "ConnectFailed",

@@ -99,7 +99,9 @@ fn jitter() -> f64 {
 pub struct Fetcher {
     /// Built on the first http(s) download, not before: a node without CA certificates can
     /// still fetch `file://` artifacts (building the client loads the system's roots).
-    pub(crate) http: std::sync::Arc<std::sync::OnceLock<reqwest::Client>>,
+    pub(crate) http: std::sync::Arc<std::sync::OnceLock<HttpClient>>,
+    /// Extra CA roots (PEM) trusted beside the system's (`fetch.ca-file`).
+    pub(crate) ca_pem: Option<std::sync::Arc<Vec<u8>>>,
     pub(crate) limits: Limits,
     pub(crate) retry: RetryPolicy,
     pub(crate) progress: bool,
@@ -114,6 +116,7 @@ impl Fetcher {
         install_crypto_provider();
         Ok(Fetcher {
             http: Default::default(),
+            ca_pem: None,
             limits,
             retry,
             progress: false,
@@ -122,20 +125,70 @@ impl Fetcher {
         })
     }
 
-    /// The HTTP client, built on first use.
-    fn http(&self) -> Result<&reqwest::Client, ArtifactError> {
+    /// The HTTP client, built on first use: the system's CA roots plus `fetch.ca-file`'s.
+    /// Without any root (a minimal node with no CA bundle and no `ca-file`) the client is
+    /// built without roots, so `http://` still works and `https://` fails with
+    /// [`ArtifactError::NoCaCertificates`].
+    fn http(&self) -> Result<&HttpClient, ArtifactError> {
         if let Some(c) = self.http.get() {
             return Ok(c);
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(self.limits.connect_timeout)
-            .read_timeout(self.limits.read_timeout)
-            .user_agent(concat!("shim-agent/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ArtifactError::HttpClient {
-                detail: error_chain(&e),
-            })?;
+        let extra = match &self.ca_pem {
+            Some(pem) => match reqwest::Certificate::from_pem_bundle(pem) {
+                Ok(certs) if !certs.is_empty() => certs,
+                Ok(_) => {
+                    return Err(ArtifactError::HttpClient {
+                        detail: "fetch.ca-file holds no PEM certificate".into(),
+                    });
+                }
+                Err(e) => {
+                    return Err(ArtifactError::HttpClient {
+                        detail: format!(
+                            "fetch.ca-file holds no usable PEM certificate: {}",
+                            error_chain(&e)
+                        ),
+                    });
+                }
+            },
+            None => Vec::new(),
+        };
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(self.limits.connect_timeout)
+                .read_timeout(self.limits.read_timeout)
+                .user_agent(concat!("shim-agent/", env!("CARGO_PKG_VERSION")))
+        };
+        let client = match builder().tls_certs_merge(extra.clone()).build() {
+            Ok(client) => HttpClient {
+                client,
+                has_roots: true,
+            },
+            // rustls-platform-verifier refuses to start with no root at all
+            Err(e) if extra.is_empty() => {
+                tracing::debug!(error = %error_chain(&e), "no CA roots: https:// locations will fail");
+                HttpClient {
+                    client: builder().tls_certs_only([]).build().map_err(|e| {
+                        ArtifactError::HttpClient {
+                            detail: error_chain(&e),
+                        }
+                    })?,
+                    has_roots: false,
+                }
+            }
+            Err(e) => {
+                return Err(ArtifactError::HttpClient {
+                    detail: error_chain(&e),
+                });
+            }
+        };
         Ok(self.http.get_or_init(|| client))
+    }
+
+    /// Trust the CA certificates of this PEM bundle beside the system's (https artifacts
+    /// and OCI registries).
+    pub fn with_ca_pem(mut self, pem: Vec<u8>) -> Self {
+        self.ca_pem = Some(std::sync::Arc::new(pem));
+        self
     }
 
     /// Draw a progress bar on stderr (only when it is a terminal).
@@ -244,7 +297,13 @@ impl Fetcher {
                 Ok(v) => return Ok(v),
                 Err(e) if e.is_transient() && attempt < self.retry.max_attempts => {
                     let delay = self.retry.backoff(attempt);
-                    tracing::warn!(location = what, attempt, ?delay, reason = e.reason(), error = %e, "fetch failed, retrying");
+                    tracing::warn!(
+                        location = what,
+                        attempt,
+                        ?delay,
+                        reason = e.reason(),
+                        "fetch failed, retrying: {e}"
+                    );
                     tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
@@ -256,8 +315,18 @@ impl Fetcher {
     async fn open(&self, location: &Location, shown: &str) -> Result<Download, ArtifactError> {
         match location {
             Location::Http(url) => {
-                let resp = self
-                    .http()?
+                let http = self.http()?;
+                if !http.has_roots
+                    && url
+                        .get(..8)
+                        .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
+                {
+                    return Err(ArtifactError::NoCaCertificates {
+                        url: shown.to_string(),
+                    });
+                }
+                let resp = http
+                    .client
                     .get(url)
                     .send()
                     .await
@@ -313,6 +382,13 @@ fn install_crypto_provider() {
 }
 
 /// A parsed artifact location.
+/// The HTTP client, and whether it has any CA root to verify https servers with.
+#[derive(Debug)]
+pub(crate) struct HttpClient {
+    client: reqwest::Client,
+    has_roots: bool,
+}
+
 enum Location {
     Http(String),
     File(String),

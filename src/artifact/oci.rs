@@ -141,6 +141,14 @@ impl Fetcher {
                     })
                     .map(|e| e.digest.clone())
             })),
+            extra_root_certificates: self
+                .ca_pem
+                .iter()
+                .map(|pem| oci_client::client::Certificate {
+                    encoding: oci_client::client::CertificateEncoding::Pem,
+                    data: pem.to_vec(),
+                })
+                .collect(),
             ..ClientConfig::default()
         };
         Client::new(config)
@@ -156,7 +164,7 @@ impl Fetcher {
         if let Some(key) = key {
             let path = store.refs_dir().join(key);
             if let Err(e) = crate::fsutil::write_atomic(&path, layer_digest.as_bytes(), None) {
-                tracing::warn!(path = %path.display(), error = %e, "cannot record OCI reference");
+                tracing::warn!(path = %path.display(), "cannot record OCI reference: {e}");
             }
         }
     }

@@ -117,7 +117,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
             let due = match c.reconcile(&shim, &views, &classes, &leases).await {
                 Ok(due) => due,
                 Err(e) => {
-                    tracing::warn!(shim = %shim.name_any(), error = %e, "coordinator: cannot reconcile; retrying");
+                    tracing::warn!(shim = %shim.name_any(), "coordinator: cannot reconcile; retrying: {e}");
                     Some(Instant::now() + Duration::from_secs(5))
                 }
             };

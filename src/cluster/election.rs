@@ -308,7 +308,7 @@ where
             match lock.try_acquire_or_renew().await {
                 Ok(true) => last_ok = Instant::now(),
                 Ok(false) => return,
-                Err(e) => tracing::warn!(error = %e, "coordinator lease: renewal failed"),
+                Err(e) => tracing::warn!("coordinator lease: renewal failed: {e}"),
             }
             if last_ok.elapsed() >= timings.renew_deadline {
                 return;

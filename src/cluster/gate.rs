@@ -254,7 +254,10 @@ impl<'a> SlotGate<'a> {
                         Err(e) => return Err(format!("cannot take slot {i} of {name}: {e}")),
                     }
                 }
-                Claim::Wait => self.wait_for(&name, &cands, &rv).await,
+                Claim::Wait => {
+                    crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
+                    self.wait_for(&name, &cands, &rv).await
+                }
             }
         }
     }
@@ -414,7 +417,7 @@ impl Gate for SlotGate<'_> {
             match r {
                 Ok(_) => tracing::debug!(shim = %shim.name_any(), "released the rollout slot"),
                 Err(e) => {
-                    tracing::warn!(shim = %shim.name_any(), error = %e, "cannot release the rollout slot")
+                    tracing::warn!(shim = %shim.name_any(), "cannot release the rollout slot: {e}")
                 }
             }
         }
@@ -436,7 +439,7 @@ impl Gate for SlotGate<'_> {
                 })
                 .await;
             if let Err(e) = r {
-                tracing::warn!(shim = %shim.name_any(), error = %e, "cannot mark the rollout slot failed");
+                tracing::warn!(shim = %shim.name_any(), "cannot mark the rollout slot failed: {e}");
             }
         }
         self.set_held(Vec::new());

@@ -142,7 +142,7 @@ impl Rollout {
                 Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
                     tracing::debug!(shim = %name, ?action, "slot moved meanwhile; next round")
                 }
-                Err(e) => tracing::warn!(shim = %name, ?action, error = %e, "cannot write a slot"),
+                Err(e) => tracing::warn!(shim = %name, ?action, "cannot write a slot: {e}"),
             }
         }
     }

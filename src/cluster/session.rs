@@ -25,6 +25,32 @@ pub struct SessionConfig {
     pub gate: GateTimings,
 }
 
+impl SessionConfig {
+    /// The session `settings` ask for, with the cluster reached through `source`.
+    pub fn from_settings(
+        source: Source,
+        settings: &crate::settings::Settings,
+    ) -> anyhow::Result<Self> {
+        let k = &settings.kubernetes;
+        let secs = Duration::from_secs;
+        Ok(SessionConfig {
+            source,
+            node_name: connect::node_name(settings)?,
+            coordinator: CoordinatorConfig {
+                timings: super::election::Timings {
+                    lease_duration: secs(k.lease_duration_secs),
+                    renew_deadline: secs(k.renew_deadline_secs),
+                    retry_period: secs(k.retry_period_secs),
+                },
+                status_interval: secs(k.status_interval_secs),
+            },
+            node_wait: secs(k.node_wait_secs),
+            credential_check: secs(connect::CREDENTIAL_CHECK_SECS),
+            gate: GateTimings::default(),
+        })
+    }
+}
+
 /// Run until `shutdown` turns true.
 pub async fn run<R: Restarter, H: HealthCheck>(
     node: &Node<'_, R, H>,

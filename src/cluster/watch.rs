@@ -43,8 +43,9 @@ where
                     let _ = nudge.try_send(());
                 }
                 Err(e) => {
+                    crate::telemetry::watch_restarted(what);
                     if !failing {
-                        tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff");
+                        tracing::warn!(watch = what, "watch failed; retrying with backoff: {e}");
                     }
                     failing = true;
                 }

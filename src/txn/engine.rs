@@ -31,6 +31,7 @@ use anyhow::bail;
 
 use super::files::{Undo, backups_dir, gc_artifact, remove_binary, stage_backups};
 use super::machine::{self, Event, Next};
+use super::notices;
 use super::ports::{Gate, HealthCheck, Restarter, Ungated};
 use super::record::{merge_config_records, now_secs, sha256_hex};
 use crate::api::Shim;
@@ -152,7 +153,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         }
         let phase = j.phase;
         store.save(state)?;
-        failpoint(&format!("txn::{}", phase_name(phase)));
+        failpoint(&format!("txn::{}", notices::phase_name(phase)));
         Ok(())
     }
 
@@ -248,11 +249,18 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         }
 
         // Fetch and verify everything before the host changes.
+        let names: Vec<String> = installs
+            .iter()
+            .map(|(s, _)| s.name().to_string())
+            .chain(removes.iter().map(|r| r.name.clone()))
+            .collect();
+        notices::doing("fetching", &names);
         let mut undo = Undo::default();
         let prepared = match self.fetch_all(state, &installs, progress, &mut undo).await {
             Ok(p) => p,
             Err(e) => {
                 undo.run();
+                crate::telemetry::doing(None);
                 return Err(e);
             }
         };
@@ -263,6 +271,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             Ok(p) => p,
             Err(e) => {
                 undo.run();
+                crate::telemetry::doing(None);
                 return Err(e);
             }
         };
@@ -284,10 +293,16 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         if result.is_err() && state.journal.is_none() {
             undo.run();
         }
+        if result.is_ok() {
+            for (phase, took) in &report.phases {
+                crate::telemetry::phase_took(&notices::phase_name(*phase), *took);
+            }
+        }
         result.map(|()| report)
     }
 
     /// The journalled steps of one transaction, from Planned to Committed.
+    #[allow(clippy::too_many_lines)]
     async fn run<G: Gate>(
         &self,
         store: &StateStore,
@@ -330,9 +345,13 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 .collect();
             names.sort();
             names.dedup();
-            if let Err(e) = gate.acquire(&names).await {
+            let waited = Instant::now();
+            let acquired = gate.acquire(&names).await;
+            crate::telemetry::slot_waited(waited.elapsed());
+            if let Err(e) = acquired {
                 state.journal = None;
                 store.save(state)?;
+                notices::aborted(kind);
                 bail!("no rollout slot: {e}");
             }
         }
@@ -350,6 +369,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             Err(e) => {
                 state.journal = None;
                 store.save(state)?;
+                notices::aborted(kind);
                 return Err(e);
             }
         };
@@ -376,6 +396,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 return self.fail_unrestarted(store, state, reason).await;
             }
             report.restarts += 1;
+            notices::doing("restarting containerd for", &j_names(state));
             if let Err(e) = self.restarter.restart(&self.profile.unit).await {
                 return self.fail(store, state, e).await;
             }
@@ -447,6 +468,17 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         }
         self.event(store, state, Event::Committed)?;
         self.close(store, state, &j)?;
+        let installed: Vec<InstalledShim> = j
+            .pending
+            .iter()
+            .filter_map(|p| state.shims.get(&p.name).cloned())
+            .collect();
+        let removed: Vec<InstalledShim> = old
+            .iter()
+            .filter(|r| !state.shims.contains_key(&r.name))
+            .cloned()
+            .collect();
+        notices::committed(&j, &installed, &removed);
         for rec in old {
             remove_binary(self.root, &rec)?;
             gc_artifact(&artifacts, state, &rec.artifact_sha256)?;
@@ -455,9 +487,11 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     }
 }
 
-fn phase_name(p: Phase) -> String {
-    serde_json::to_value(p)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
+/// The Shims of the open transaction.
+fn j_names(state: &NodeState) -> Vec<String> {
+    state
+        .journal
+        .as_ref()
+        .map(|j| j.shims.clone())
         .unwrap_or_default()
 }

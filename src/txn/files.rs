@@ -64,7 +64,7 @@ impl Undo {
                 None => fsutil::remove_durable(&path),
             };
             if let Err(e) = r {
-                tracing::error!(path = %path.display(), error = %e, "undo: cannot restore file");
+                tracing::error!(path = %path.display(), "undo: cannot restore file: {e}");
             }
         }
         for dir in self.dirs.into_iter().rev() {
@@ -72,7 +72,7 @@ impl Undo {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    tracing::error!(path = %dir.display(), error = %e, "undo: cannot remove directory")
+                    tracing::error!(path = %dir.display(), "undo: cannot remove directory: {e}")
                 }
             }
         }

@@ -8,12 +8,14 @@
 //!   [`DeferredVerification`]); [`real`]: systemd over D-Bus and containerd's CRI;
 //! - [`prepare`]: fetch and plan before the host changes, write the files after;
 //! - [`files`], [`record`], [`batch`]: backups and the undo log, what is recorded, several
-//!   config changes as one.
+//!   config changes as one; `notices`: the journal entries, metrics and status line of an
+//!   ending transaction.
 
 pub mod batch;
 pub mod engine;
 pub mod files;
 pub mod machine;
+mod notices;
 pub mod ports;
 pub mod prepare;
 pub mod real;

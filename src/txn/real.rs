@@ -14,11 +14,9 @@ pub struct SystemdRestarter {
 
 impl Restarter for SystemdRestarter {
     async fn restart(&self, unit: &str) -> Result<(), String> {
-        let out = self
-            .systemd
-            .restart_unit(unit, self.timeout)
-            .await
-            .map_err(|e| describe(&e))?;
+        let out = self.systemd.restart_unit(unit, self.timeout).await;
+        crate::telemetry::containerd_restarted(out.is_ok());
+        let out = out.map_err(|e| describe(&e))?;
         tracing::info!(unit, job = %out.job_result, elapsed_ms = out.elapsed.as_millis() as u64, state = %out.state.summary(), "containerd restarted");
         Ok(())
     }
@@ -89,4 +87,38 @@ impl HealthCheck for CriHealth {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// The node as seen from here: systemd on the system bus restarts containerd, its CRI socket
+/// (`CONTAINERD_ADDRESS`, else the profile's under `root`) verifies.
+pub async fn live_node<'a>(
+    root: &'a crate::hostroot::HostRoot,
+    settings: &'a crate::settings::Settings,
+    origin: crate::state::Origin,
+) -> anyhow::Result<super::Node<'a, SystemdRestarter, CriHealth>> {
+    use anyhow::Context;
+    let profile = crate::profile::resolve(root, &settings.containerd);
+    let socket = match std::env::var_os("CONTAINERD_ADDRESS") {
+        Some(s) => std::path::PathBuf::from(s),
+        None => root.resolve(&profile.socket)?,
+    };
+    let systemd = SystemdDbus::connect_system()
+        .await
+        .context("cannot reach systemd on the system bus")?;
+    let secs = Duration::from_secs;
+    Ok(super::Node {
+        root,
+        settings,
+        platform: crate::artifact::node_platform(),
+        origin,
+        restarter: SystemdRestarter {
+            systemd,
+            timeout: secs(settings.containerd.restart_timeout_secs),
+        },
+        health: CriHealth {
+            cri: CriClient::new(socket),
+            timeout: secs(settings.containerd.verify_timeout_secs),
+        },
+        profile,
+    })
 }

@@ -111,7 +111,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         reason: String,
         restart: bool,
     ) -> anyhow::Result<()> {
-        tracing::error!(%reason, restart, "transaction failed; rolling back");
+        if let Some(j) = &state.journal {
+            super::notices::failed(j, state, &reason);
+        }
         self.event(
             store,
             state,
@@ -160,6 +162,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         match outcome {
             Ok(()) => {
                 self.event(store, state, Event::RolledBack)?;
+                super::notices::rolled_back(&j, state, &reason);
                 // New binaries of the failed transaction go, and so do artifacts no
                 // installed shim uses (nothing else would ever collect them).
                 let artifacts = Store::open(store.dir().join("store"))?;
@@ -168,7 +171,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                         let _ = remove_binary(self.root, p);
                     }
                     if let Err(e) = gc_artifact(&artifacts, state, &p.artifact_sha256) {
-                        tracing::warn!(digest = %p.artifact_sha256, error = %format!("{e:#}"), "cannot drop an unused artifact");
+                        tracing::warn!(digest = %p.artifact_sha256, "cannot drop an unused artifact: {e:#}");
                     }
                 }
                 self.close(store, state, &j)?;
@@ -176,6 +179,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             }
             Err(e) => {
                 self.event(store, state, Event::RollbackFailed { reason: e.clone() })?;
+                super::notices::rollback_failed(&j, state, &e);
                 bail!(
                     "{reason}; the rollback failed too ({e}): containerd is not healthy, the journal stays open at Broken"
                 )

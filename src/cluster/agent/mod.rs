@@ -175,6 +175,8 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         mut credentials_changed: impl FnMut() -> bool,
     ) -> anyhow::Result<Exit> {
         adopt_pending(&self.node.health, store, state).await?;
+        crate::telemetry::settled(state.shims.len(), Vec::new());
+        crate::telemetry::doing(Some("connecting to the cluster".into()));
         let (nudge_tx, mut nudge) = mpsc::channel::<()>(1);
         let caches = self.start_watches(&nudge_tx);
         let mut cred_check = tokio::time::interval(self.credential_check);
@@ -190,6 +192,9 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             return Ok(exit);
         }
         tracing::info!(node = %self.node_name, "watching Shims, this Node and its pods");
+        crate::telemetry::doing(None);
+        crate::telemetry::settled(state.shims.len(), self.failing());
+        crate::telemetry::ready();
         SlotGate::release_leftovers(self.client.clone(), &self.node_name).await;
         self.shutdown = Some(shutdown.clone());
         let mut last_fp = None;
@@ -200,6 +205,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             if timer_fired || last_fp != Some(fp) || std::mem::take(&mut self.rerun_now) {
                 last_fp = Some(fp);
                 self.round(store, state, &caches).await;
+                crate::telemetry::settled(state.shims.len(), self.failing());
                 if self.rerun_now || !self.solo.is_empty() {
                     self.rerun_now = true;
                     continue;
@@ -278,6 +284,11 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         )
     }
 
+    /// The Shims whose last change failed (for the status line).
+    fn failing(&self) -> Vec<String> {
+        self.failures.keys().cloned().collect()
+    }
+
     fn next_due(&self) -> Option<Instant> {
         self.failures
             .values()
@@ -300,7 +311,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             .ok();
         let (statics, errors) = dir.map(|d| read_static_shims(&d)).unwrap_or_default();
         for e in &errors {
-            tracing::error!(error = %e, "ignoring a static Shim file until it is fixed");
+            tracing::error!("ignoring a static Shim file until it is fixed: {e}");
         }
         let pods: Vec<PodUse> = caches.pods.state().iter().map(|p| pod_use(p)).collect();
         let now = Instant::now();
@@ -334,7 +345,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             match self.patch_node(patch).await {
                 Ok(n) => current = n,
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot remove Shim labels from the Node; uninstalls wait");
+                    tracing::warn!("cannot remove Shim labels from the Node; uninstalls wait: {e}");
                     plan.changes.retain(|c| !matches!(c, Change::Uninstall(_)));
                     self.schedule_node_sync();
                 }
@@ -454,7 +465,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             }
         }
         if changed && let Err(e) = store.save(state) {
-            tracing::error!(error = %e, "cannot record adopted shims");
+            tracing::error!("cannot record adopted shims: {e}");
         }
     }
 
@@ -511,7 +522,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 n
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot update the Node's Shim labels and state; retrying");
+                tracing::warn!("cannot update the Node's Shim labels and state; retrying: {e}");
                 self.schedule_node_sync();
                 current
             }

@@ -66,7 +66,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
             // The wait for a rollout slot ended because the agent stops: nothing was tried,
             // nothing failed; the next start takes it up again.
-            tracing::info!(error = %message, "stopping before the transaction");
+            tracing::info!("stopping before the transaction: {message}");
             return;
         }
         let reason = error_reason(&e);
@@ -79,7 +79,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 .collect(),
         };
         if culprit.is_empty() && work.len() > 1 {
-            tracing::warn!(error = %message, "a batch of changes failed; trying each alone");
+            tracing::warn!("a batch of changes failed; trying each alone: {message}");
             self.solo.extend(work.iter().cloned());
             self.rerun_now = true;
             return;
@@ -95,7 +95,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 .map(|f| f.attempts + 1)
                 .unwrap_or(1);
             let pause = backoff(attempts);
-            tracing::error!(shim = %name, node = %self.node_name, %reason, error = %message, retry_in_secs = pause.as_secs(), "change failed");
+            tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed, retrying in {} s: {message}", pause.as_secs());
             let ev_reason = match (before.shims.contains_key(&name), shim.is_some()) {
                 (_, false) => "UninstallFailed",
                 (true, true) if message.contains("rolled back") => "RolledBack",

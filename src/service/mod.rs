@@ -1,0 +1,205 @@
+//! `shim-agent run` as a systemd service: the shell around the daemon
+//! ([`crate::cluster::session`] with a kubeconfig, [`crate::daemon`] without).
+//!
+//! - [`notify`]: READY, STATUS, WATCHDOG, RELOADING, STOPPING;
+//! - [`logging`]: journald with structured fields, or plain text;
+//! - [`metrics_http`]: Prometheus metrics on a unix socket and optionally on TCP.
+//!
+//! # Signals
+//! - SIGTERM (or SIGINT) stops the agent. A transaction under way is finished, or rolled
+//!   back, before the process exits: the round that runs it is never cancelled, only the
+//!   waits between rounds (and a wait for a rollout slot, which ends before the host
+//!   changes). A second signal is never needed and changes nothing.
+//! - SIGHUP (`systemctl reload`) re-reads the configuration. A config that does not load is
+//!   reported and the running one kept. A changed one ends the current session like a stop
+//!   (the transaction under way finishes), then the agent starts again in the same process
+//!   with the new settings: a new log level, kubeconfig, containerd or fetch settings all
+//!   take effect. An unchanged one changes nothing.
+
+pub mod logging;
+pub mod metrics_http;
+pub mod notify;
+
+use std::path::PathBuf;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+
+use crate::cluster;
+use crate::hostroot::HostRoot;
+use crate::settings::{self, Settings};
+use crate::state::Origin;
+use crate::telemetry;
+use crate::txn::real::live_node;
+
+/// Where the settings come from, to read them again on SIGHUP.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    pub path: PathBuf,
+    /// `--config` was given (then the file must exist).
+    pub explicit: bool,
+    /// `--log-level`, which overrides the file's.
+    pub log_level: Option<String>,
+}
+
+impl ConfigSource {
+    fn load(&self) -> anyhow::Result<Settings> {
+        Ok(settings::load(&self.path, self.explicit)?)
+    }
+
+    fn level<'a>(&'a self, s: &'a Settings) -> &'a str {
+        self.log_level.as_deref().unwrap_or(&s.log.level)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    Stop,
+    Reload,
+}
+
+/// Forward SIGTERM, SIGINT and SIGHUP as [`Signal`]s. Once installed, the signals never
+/// kill the process by default again.
+fn signals() -> anyhow::Result<mpsc::Receiver<Signal>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        loop {
+            let s = tokio::select! {
+                _ = term.recv() => Signal::Stop,
+                _ = int.recv() => Signal::Stop,
+                _ = hup.recv() => Signal::Reload,
+            };
+            if tx.send(s).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// Run the agent until SIGTERM; see the module's doc for signals.
+pub fn run(
+    root: HostRoot,
+    source: ConfigSource,
+    first: Settings,
+    log: logging::LogHandle,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let mut signals = signals()?;
+        let _status = AbortOnDrop(notify::follow_activity());
+        let _watchdog = notify::watchdog().map(AbortOnDrop);
+        let mut settings = first;
+        let mut metrics = metrics_http::serve(&settings.metrics).await;
+        loop {
+            match session_until_signal(&root, &source, &settings, &mut signals).await {
+                Ended::Reloaded(next) => {
+                    log.set_level(source.level(&next));
+                    if next.metrics != settings.metrics {
+                        metrics.stop().await;
+                        metrics = metrics_http::serve(&next.metrics).await;
+                    }
+                    settings = *next;
+                    tracing::info!("configuration reloaded");
+                }
+                Ended::Done(result) => {
+                    tracing::info!("stopped");
+                    return result;
+                }
+            }
+        }
+    })
+}
+
+enum Ended {
+    /// The session ended on its own (an error), or on SIGTERM.
+    Done(anyhow::Result<()>),
+    /// SIGHUP with a changed config: run again with it.
+    Reloaded(Box<Settings>),
+}
+
+/// Run one session with `settings` until it ends, or a signal ends it.
+async fn session_until_signal(
+    root: &HostRoot,
+    source: &ConfigSource,
+    settings: &Settings,
+    signals: &mut mpsc::Receiver<Signal>,
+) -> Ended {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let session = run_session(root, settings, stop_rx);
+    let mut session = std::pin::pin!(session);
+    let (why, next) = loop {
+        tokio::select! {
+            result = &mut session => return Ended::Done(result),
+            Some(sig) = signals.recv() => match sig {
+                Signal::Stop => break (Signal::Stop, None),
+                Signal::Reload => match source.load() {
+                    Ok(s) if s == *settings => {
+                        notify::reloading();
+                        tracing::info!("configuration reloaded: unchanged");
+                        notify::ready();
+                    }
+                    Ok(s) => break (Signal::Reload, Some(s)),
+                    Err(e) => {
+                        notify::reloading();
+                        tracing::error!("configuration reload failed; keeping the running configuration: {e:#}");
+                        notify::ready();
+                    }
+                },
+            },
+        }
+    };
+    let finishing = telemetry::activity().borrow().doing.clone();
+    if why == Signal::Stop {
+        let line = match &finishing {
+            Some(d) => format!("stopping: finishing what is under way ({d})"),
+            None => "stopping".to_string(),
+        };
+        tracing::info!("{line}");
+        notify::stopping(&line);
+    } else {
+        notify::reloading();
+        tracing::info!("configuration changed; restarting the agent in-process");
+    }
+    let _ = stop_tx.send(true);
+    let result = session.await;
+    match (result, next) {
+        (Ok(()), Some(s)) => Ended::Reloaded(Box::new(s)),
+        (result, _) => Ended::Done(result),
+    }
+}
+
+/// One run of the agent with `settings`, until `stop` turns true.
+async fn run_session(
+    root: &HostRoot,
+    settings: &Settings,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    match cluster::connect::find_source(settings)? {
+        Some(source) => {
+            let node = live_node(root, settings, Origin::Cluster).await?;
+            let config = cluster::session::SessionConfig::from_settings(source, settings)?;
+            tracing::info!(unit = %node.profile.unit, config = %node.profile.config, node = %config.node_name, "shim-agent running (cluster and static Shims)");
+            cluster::session::run(&node, config, stop).await
+        }
+        None => {
+            let node = live_node(root, settings, Origin::Static).await?;
+            tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (static Shims only: no kubeconfig found)");
+            crate::daemon::run(&node, stop).await
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
