@@ -86,9 +86,8 @@ e2e_apply_manifests() {
 }
 
 # --- artifacts: file:// URLs, at the same path on the host (where `install --root` reads them
-# while baking the image) and in the node (where the agent reads them). Not http://: the agent
-# builds its HTTP client with the system's CA store, which a node without ca-certificates lacks,
-# and then fails plain http:// too (HttpClientUnavailable).
+# while baking the image) and in the node (where the agent reads them): an air-gapped node's
+# way, with no server to run (the node image has no CA certificates, on purpose).
 E2E_ART=/srv/shim-agent-$KUBE_ENV_NAME
 # e2e_artifact NAME SHIM_BINARY: a .tar.gz holding bin/containerd-shim-NAME-v2 (a renamed real shim),
 # at $E2E_ART/NAME.tar.gz; prints its sha256.
