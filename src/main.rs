@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use shim_agent::cli::{self, image};
 use shim_agent::hostroot::HostRoot;
 use shim_agent::settings::Settings;
@@ -57,6 +57,12 @@ enum Command {
     /// Inspect or edit containerd's config directly (no restart, no state).
     #[command(subcommand)]
     Containerd(cli::containerd::ContainerdCmd),
+    /// Write the man pages and shell completions (for the packages; see src/cli/docs.rs).
+    #[command(hide = true)]
+    GenerateDocs {
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -159,6 +165,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::GenerateDocs { out_dir } = &cli.command {
+        // From the CLI alone, before any config is read: package builds run it.
+        cli::docs::generate(Cli::command(), out_dir)?;
+        return Ok(());
+    }
     let (config_path, explicit) = match &cli.config {
         Some(p) => (p.clone(), true),
         None => (PathBuf::from(settings::DEFAULT_CONFIG_PATH), false),
@@ -184,6 +195,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Crd => print!("{}", api::manifests::crd_yaml()?),
         Command::Manifests => print!("{}", api::manifests::manifests_yaml()?),
         Command::Containerd(cmd) => cli::containerd::run(cmd, &HostRoot::system())?,
+        Command::GenerateDocs { .. } => {} // done above
         Command::Install(args) => cmd_install(&settings, args)?,
         Command::Uninstall(args) => cmd_uninstall(&settings, args)?,
         // (run returned above)

@@ -206,7 +206,7 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
     })
     .await;
     assert!(
-        journal.contains(&format!("node={name}")),
+        journal.contains(&format!("as node {name}")),
         "the agent uses the configured node name: {journal}"
     );
     eprintln!("[{:>5.1}s] agent running in the node", secs(t0));

@@ -14,6 +14,8 @@ struct FakeGate {
     calls: RefCell<Vec<String>>,
     refuse_acquire: bool,
     refuse_renew: bool,
+    /// The renewal never answers (the agent is stopped while it waits).
+    hang_renew: bool,
 }
 
 impl Gate for FakeGate {
@@ -28,6 +30,9 @@ impl Gate for FakeGate {
     }
     async fn renew(&self) -> Result<(), String> {
         self.calls.borrow_mut().push("renew".into());
+        if self.hang_renew {
+            std::future::pending::<()>().await;
+        }
         if self.refuse_renew {
             return Err("409 Conflict: the slot changed".into());
         }
@@ -149,4 +154,72 @@ fn a_failed_transaction_keeps_its_slot_marked_with_the_reason() {
         "{calls:?}"
     );
     assert_eq!(calls.len(), 3, "never released");
+}
+
+/// A journal left at Applied (config written, containerd not yet restarted): the agent was
+/// stopped while it renewed its slot.
+fn interrupted_at_applied(w: &World, f: &FakeContainerd) {
+    let g = FakeGate {
+        hang_renew: true,
+        ..Default::default()
+    };
+    block(async {
+        let n = node(w, f);
+        let (store, mut state) = n.open().await.unwrap();
+        let run = n.apply_gated(&store, &mut state, vec![shim(w, "spin", "1")], false, &g);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), run)
+                .await
+                .is_err(),
+            "the transaction waits for its renewal"
+        );
+    });
+    let j = state(w).journal.expect("an open journal");
+    assert_eq!(j.phase, shim_agent::state::Phase::Applied);
+    assert_eq!(*f.restarts.borrow(), 0);
+}
+
+#[test]
+fn recovery_restarts_containerd_only_after_renewing_the_slot() {
+    let w = world();
+    let f = fake(&w);
+    interrupted_at_applied(&w, &f);
+
+    // at the next start the renewal fails: nothing restarts, the journal stays for later
+    let g = FakeGate {
+        refuse_renew: true,
+        ..Default::default()
+    };
+    let e = block(async {
+        let n = node(&w, &f);
+        let (store, mut state) = n.open_unrecovered().unwrap();
+        n.recover_gated(&store, &mut state, &g).await.unwrap_err()
+    });
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("rollout slot could not be renewed") && e.contains("nothing was restarted"),
+        "{e}"
+    );
+    assert_eq!(
+        *f.restarts.borrow(),
+        0,
+        "no restart without a fresh renewal"
+    );
+    assert_eq!(
+        state(&w).journal.map(|j| j.phase),
+        Some(shim_agent::state::Phase::Applied)
+    );
+
+    // with its slot renewed, recovery rolls forward: one restart, then the slot goes back
+    let g = FakeGate::default();
+    block(async {
+        let n = node(&w, &f);
+        let (store, mut state) = n.open_unrecovered().unwrap();
+        n.recover_gated(&store, &mut state, &g).await.unwrap();
+    });
+    assert_eq!(*g.calls.borrow(), ["acquire spin", "renew", "release"]);
+    assert_eq!(*f.restarts.borrow(), 1);
+    let st = state(&w);
+    assert!(st.journal.is_none());
+    assert!(st.shims.contains_key("spin"));
 }

@@ -2,5 +2,6 @@
 //! `uninstall --root` and `status` do, kept out of `main.rs` so tests reach them.
 
 pub mod containerd;
+pub mod docs;
 pub mod image;
 pub mod status;

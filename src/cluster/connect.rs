@@ -89,9 +89,9 @@ pub fn node_name(settings: &Settings) -> anyhow::Result<String> {
     if !configured.is_empty() {
         return Ok(configured.to_string());
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .context("cannot read the host name (/proc/sys/kernel/hostname)")?;
-    let host = host.trim().to_lowercase();
+    // gethostname(2), not /proc/sys/kernel/hostname: the unit hides /proc's non-process files
+    let host = nix::unistd::gethostname().context("cannot read the host name (gethostname)")?;
+    let host = host.to_string_lossy().trim().to_lowercase();
     anyhow::ensure!(
         !host.is_empty(),
         "the host name is empty; set node.name in the agent's config"

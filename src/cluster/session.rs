@@ -57,13 +57,17 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     config: SessionConfig,
     shutdown: tokio_watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let (store, mut state) = node.open().await?;
+    // The journal is recovered once the client exists: a restart then needs its rollout slot.
+    let (store, mut state) = node.open_unrecovered()?;
     let (files_tx, mut files) = mpsc::channel::<()>(16);
     let _watcher = crate::daemon::watch(&crate::daemon::watched_paths(node), files_tx)?;
     let mut credentials = CredentialWatch::new(config.source.clone());
     loop {
         let client = connect::client(&config.source).await?;
         tracing::info!(source = %config.source, node = %config.node_name, "connecting to the cluster");
+        if state.journal.is_some() {
+            recover(node, &client, &config, &store, &mut state, &shutdown).await?;
+        }
         // aborted when this session is dropped (a crash of the agent ends its coordinator)
         let mut coordinator = AbortOnDrop(tokio::spawn(coordinator::run(
             client.clone(),
@@ -90,6 +94,41 @@ pub async fn run<R: Restarter, H: HealthCheck>(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Recover the open journal with the rollout slots of its Shims (see
+/// [`Node::recover_gated`]): the Shims as the API server has them now, the node's static
+/// ones never gated.
+async fn recover<R: Restarter, H: HealthCheck>(
+    node: &Node<'_, R, H>,
+    client: &kube::Client,
+    config: &SessionConfig,
+    store: &crate::state::StateStore,
+    state: &mut crate::state::NodeState,
+    shutdown: &tokio_watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let shims = kube::Api::<crate::api::Shim>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .context("recovering the journal: cannot list the Shims to find their rollout slots")?
+        .items;
+    let uid = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get_opt(&config.node_name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|n| n.metadata.uid)
+        .unwrap_or_default();
+    let statics = match node.root.resolve(&node.settings.paths.static_shims_dir) {
+        Ok(dir) => crate::daemon::read_static_shims(&dir).0,
+        Err(_) => Vec::new(),
+    };
+    let gate =
+        super::gate::SlotGate::new(client.clone(), &config.node_name, &uid, &shims, config.gate)
+            .until(shutdown.clone())
+            .except(statics.iter().map(|s| s.name().to_string()));
+    node.recover_gated(store, state, &gate).await
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -185,7 +185,7 @@ async fn run_session(
         Some(source) => {
             let node = live_node(root, settings, Origin::Cluster).await?;
             let config = cluster::session::SessionConfig::from_settings(source, settings)?;
-            tracing::info!(unit = %node.profile.unit, config = %node.profile.config, node = %config.node_name, "shim-agent running (cluster and static Shims)");
+            tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (cluster and static Shims) as node {}", config.node_name);
             cluster::session::run(&node, config, stop).await
         }
         None => {

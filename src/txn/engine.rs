@@ -117,9 +117,16 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
 
     /// Open the store and finish any interrupted transaction first.
     pub async fn open(&self) -> anyhow::Result<(StateStore, NodeState)> {
-        let store = StateStore::open(&self.state_dir()?)?;
-        let mut state = store.load()?.state;
+        let (store, mut state) = self.open_unrecovered()?;
         self.recover(&store, &mut state).await?;
+        Ok((store, state))
+    }
+
+    /// The state store and state, with a journal left open still open (the caller recovers
+    /// it with [`Node::recover_gated`]).
+    pub fn open_unrecovered(&self) -> anyhow::Result<(StateStore, NodeState)> {
+        let store = StateStore::open(&self.state_dir()?)?;
+        let state = store.load()?.state;
         Ok((store, state))
     }
 
@@ -354,6 +361,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 notices::aborted(kind);
                 bail!("no rollout slot: {e}");
             }
+            notices::doing("applying", &names);
         }
         self.event(store, state, Event::SlotAcquired)?;
 

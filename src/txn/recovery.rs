@@ -9,30 +9,91 @@ use anyhow::bail;
 use super::engine::{Node, Report, failpoint};
 use super::files::{gc_artifact, remove_binary, restore_backups};
 use super::machine::{self, Event, Recovery};
-use super::ports::{HealthCheck, Restarter};
+use super::ports::{Gate, HealthCheck, Restarter, Ungated};
 use crate::artifact::{self, Store};
 use crate::state::{Journal, NodeState, Phase, StateStore};
 
 impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     /// Roll an open journal forward or back (see the recovery table in `machine`).
     pub async fn recover(&self, store: &StateStore, state: &mut NodeState) -> anyhow::Result<()> {
+        self.recover_gated(store, state, &Ungated).await
+    }
+
+    /// [`Node::recover`], where a restart of containerd needs the rollout slots of the
+    /// journal's Shims, renewed right before it (the slot the node still holds from before
+    /// it stopped is adopted). Without them nothing is restarted and the journal stays open
+    /// for the next start. A journal rolled back counts as a failure (its slot stays,
+    /// marked); one rolled forward releases its slot.
+    pub async fn recover_gated<G: Gate>(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        gate: &G,
+    ) -> anyhow::Result<()> {
         let Some(j) = state.journal.clone() else {
             return Ok(());
         };
-        let result = self.recover_journal(store, state, &j).await;
-        // Whatever the outcome, binaries of these shims that the state does not name go.
-        self.remove_stray_binaries(state, &j.shims);
+        let result = self.recover_journal(store, state, &j, gate).await;
+        // Once the journal is closed, whatever the outcome, binaries of these shims that the
+        // state does not name go (a journal still open needs its new binaries).
+        if state.journal.is_none() {
+            self.remove_stray_binaries(state, &j.shims);
+        }
         result
     }
 
-    async fn recover_journal(
+    async fn recover_journal<G: Gate>(
         &self,
         store: &StateStore,
         state: &mut NodeState,
         j: &Journal,
+        gate: &G,
     ) -> anyhow::Result<()> {
         let action = machine::recovery_for(j.phase, self.health.proves());
         tracing::warn!(txn = %j.id, phase = ?j.phase, ?action, "recovering an unfinished transaction");
+        let restarts = matches!(
+            action,
+            Recovery::RollBackAndRestart | Recovery::RollForward(Phase::Applied)
+        );
+        if restarts {
+            let mut names = j.shims.clone();
+            names.sort();
+            names.dedup();
+            let slot = match gate.acquire(&names).await {
+                Ok(()) => gate.renew().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = slot {
+                bail!(
+                    "recovering transaction {} needs a restart of containerd, and the rollout slot could not be renewed first: {e}; nothing was restarted, the journal stays open for the next start",
+                    j.id
+                );
+            }
+        }
+        let result = self.recover_action(store, state, j, action).await;
+        if restarts {
+            match (&result, action) {
+                (Ok(()), Recovery::RollForward(_)) => gate.release().await,
+                (Ok(()), _) => {
+                    let why = j.reason.clone().unwrap_or_else(|| "interrupted".into());
+                    gate.failed(&format!(
+                        "rolled back after the agent stopped mid-way: {why}"
+                    ))
+                    .await
+                }
+                (Err(e), _) => gate.failed(&format!("{e:#}")).await,
+            }
+        }
+        result
+    }
+
+    async fn recover_action(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        j: &Journal,
+        action: Recovery,
+    ) -> anyhow::Result<()> {
         match action {
             Recovery::Discard | Recovery::Close => self.close(store, state, j)?,
             Recovery::RollBackFiles => {

@@ -1,0 +1,18 @@
+# shim-agent %post (packaging/rpm/README.md). $1: 1 on install, 2 or more on upgrade.
+# Never starts or enables the service: enabling it is the admin's or the image builder's
+# choice (systemctl enable shim-agent). In an image build (chroot, rpm --root, a container:
+# no /run/systemd/system) no systemctl is called at all.
+
+# The static Shims directory (cargo-generate-rpm cannot package an empty directory).
+mkdir -p /etc/shim-agent/shims.d || :
+# /opt/shim-agent must exist before the unit starts (its ReadWritePaths= names it); this
+# needs no running systemd, so it runs in image builds too, and every boot does it again.
+if command -v systemd-tmpfiles >/dev/null 2>&1; then
+    systemd-tmpfiles --create shim-agent.conf || :
+else
+    mkdir -p /opt/shim-agent || :
+fi
+if [ -d /run/systemd/system ]; then
+    systemctl --system daemon-reload || :
+fi
+exit 0
