@@ -11,7 +11,8 @@ mkdir -p /etc/shim-agent/shims.d || :
 if [ -d /run/systemd/system ] && command -v systemd-tmpfiles >/dev/null 2>&1; then
     systemd-tmpfiles --create shim-agent.conf || :
 fi
-mkdir -p /opt/shim-agent && chmod 0755 /opt/shim-agent || :
+mkdir -p /opt/shim-agent || :
+chmod 0755 /opt/shim-agent || :
 if [ -d /run/systemd/system ]; then
     systemctl --system daemon-reload || :
 fi
