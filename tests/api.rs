@@ -90,7 +90,10 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
         verbs("shimextensions"),
         Some(serde_yaml::to_value(["get", "list", "watch"]).unwrap())
     );
-    assert_eq!(verbs("services"), Some(serde_yaml::to_value(["get"]).unwrap()));
+    assert_eq!(
+        verbs("services"),
+        Some(serde_yaml::to_value(["get"]).unwrap())
+    );
     assert_eq!(
         verbs("endpointslices"),
         Some(serde_yaml::to_value(["list"]).unwrap())

@@ -26,7 +26,11 @@ pub const MAX_TIMEOUT_SECS: i32 = 30;
     derive = "PartialEq",
     cel,
     doc = "An HTTPS endpoint shim-agent calls before a node restarts containerd (BeforeNodeRestart), before a rollout opens slots (BeforeRollout) and after a node's change (AfterNodeChange).",
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ShimExtensionSpec {
