@@ -255,19 +255,21 @@ async fn a_failure_fails_the_node_and_failures_past_max_failures_halt_the_rollou
     );
 }
 
-/// A fleet of 3 whose node 0's call times out (1 s) under `policy`; the others answer after
-/// 1.5 s, so node 0's outcome is in before the run ends.
+/// A fleet of 3 whose node 0's call times out (1 s) under `policy`; the others are deferred
+/// 2 s once, so node 0's outcome is in before the run ends.
 async fn timeout_run(env: &KubeEnv, run: &str, policy: &str) -> (usize, Vec<String>, Vec<String>) {
     let since = Instant::now();
     let slow = node(run, 0);
-    let server = HookServer::start(script(move |c, _| {
-        let mut r = success(&c.kind);
-        r.delay = if c.node == slow {
-            Duration::from_secs(2)
+    let server = HookServer::start(script(move |c, nth| {
+        if c.node == slow {
+            let mut r = success(&c.kind);
+            r.delay = Duration::from_secs(2);
+            r
+        } else if nth == 0 {
+            defer(&c.kind, 2)
         } else {
-            Duration::from_millis(1500)
-        };
-        r
+            success(&c.kind)
+        }
     }))
     .await;
     let hooks =

@@ -155,8 +155,9 @@ impl Hooks {
             return Ok(c);
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // the call's whole time is bounded by its caller (one timeout, one message)
         let mut b = reqwest::Client::builder()
-            .timeout(limit)
+            .connect_timeout(limit)
             .user_agent(concat!("shim-agent/", env!("CARGO_PKG_VERSION")));
         if let Some(pem) = &cc.ca_bundle {
             let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
