@@ -197,13 +197,8 @@ async fn a_deferral_delays_only_that_node_and_one_past_the_maximum_gives_the_slo
     let c0 = server.of(BNR, &n0);
     assert_eq!(c0.len(), 3, "{c0:?}");
     assert!(c0[1].at - c0[0].at >= Duration::from_secs(2));
-    let s = samples.borrow();
-    let held_at = |t: Instant| {
-        s.iter()
-            .filter(|(at, _)| *at <= t)
-            .next_back()
-            .is_some_and(|(_, h)| *h)
-    };
+    let s = samples.borrow().clone();
+    let held_at = |t: Instant| s.iter().rfind(|(at, _)| *at <= t).is_some_and(|(_, h)| *h);
     assert!(held_at(c0[1].at), "node 0 held its slot while deferred");
     assert!(
         s.iter()
@@ -423,5 +418,53 @@ async fn unknown_versions_are_refused_and_malformed_answers_are_errors_under_the
             notes.iter().any(|m| m.contains(what)),
             "node {i}: {notes:?}"
         );
+    }
+}
+
+/// A fifth of the fleet, picked at random (the seed is printed), deferred once.
+fn pick_fifth(agents: usize, seed: u64) -> BTreeSet<usize> {
+    let mut x = seed | 1;
+    let mut out = BTreeSet::new();
+    while out.len() < agents / 5 {
+        // xorshift64
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.insert((x % agents as u64) as usize);
+    }
+    out
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fleet_with_a_random_fifth_deferred_once_keeps_at_most_n_restarting_and_finishes() {
+    let _serial = SERIAL.lock().await;
+    let Some(env) = kube_env() else { return };
+    let run = "hooks-fleet";
+    let agents = 20;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let deferred = pick_fifth(agents, seed);
+    eprintln!("seed {seed}: deferring nodes {deferred:?}");
+    let names: BTreeSet<String> = deferred.iter().map(|i| node(run, *i)).collect();
+    let server = HookServer::start(script(move |c, nth| {
+        if names.contains(&c.node) && nth == 0 {
+            defer(&c.kind, 1)
+        } else {
+            success(&c.kind)
+        }
+    }))
+    .await;
+    let _ext = extension(env, run, &server, "[{name: BeforeNodeRestart}]");
+    let cfg = FleetConfig::new(run, agents, "3", Duration::from_millis(300));
+    let r = run_fleet(env, &cfg).await;
+    eprintln!("{}", r.summary());
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.installed, agents);
+    assert!(r.peak_restarting <= 3, "peak {}", r.peak_restarting);
+    assert!(!r.halted);
+    for i in 0..agents {
+        let want = if deferred.contains(&i) { 2 } else { 1 };
+        assert_eq!(server.of(BNR, &node(run, i)).len(), want, "node {i}");
     }
 }
