@@ -468,3 +468,115 @@ async fn a_fleet_with_a_random_fifth_deferred_once_keeps_at_most_n_restarting_an
         assert_eq!(server.of(BNR, &node(run, i)).len(), want, "node {i}");
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halts_it() {
+    let _serial = SERIAL.lock().await;
+    let Some(env) = kube_env() else { return };
+    const BR: &str = "BeforeRolloutRequest";
+    let run = "hooks-rollout";
+    // deferred three times (1 s each), then Success
+    let server = HookServer::start(script(|c, nth| match c.kind.as_str() {
+        BR if nth < 3 => defer(BR, 1),
+        k => success(k),
+    }))
+    .await;
+    let _ext = extension(
+        env,
+        run,
+        &server,
+        "[{name: BeforeRollout}, {name: AfterNodeChange}]",
+    );
+    let shims: Api<shim_agent::api::Shim> = Api::all(env.admin_client().await);
+    let seen_deferred = std::cell::Cell::new(false);
+    let done = std::cell::Cell::new(false);
+    let poll = async {
+        while !done.get() {
+            if let Ok(s) = shims.get(run).await
+                && s.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "RolloutDeferred" && c.status == "True")
+            {
+                seen_deferred.set(true);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let cfg = FleetConfig::new(run, 4, "2", Duration::from_millis(200));
+    let fleet = async {
+        let r = run_fleet(env, &cfg).await;
+        done.set(true);
+        r
+    };
+    let (r, ()) = tokio::join!(fleet, poll);
+    eprintln!("{}", r.summary());
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(r.installed, 4);
+    let asked: Vec<Call> = server
+        .calls()
+        .into_iter()
+        .filter(|c| c.kind == BR)
+        .collect();
+    assert!(asked.len() >= 4, "{asked:?}");
+    assert_eq!(asked[0].body["generation"], 1);
+    assert!(seen_deferred.get(), "the Shim showed RolloutDeferred");
+    let go = asked[3].at;
+    eventually(10, "every commit notified", || async {
+        let anc: Vec<Call> = server
+            .calls()
+            .into_iter()
+            .filter(|c| c.kind == ANC)
+            .collect();
+        (anc.len() >= 4).then_some(anc)
+    })
+    .await
+    .iter()
+    .for_each(|c| {
+        assert!(
+            c.at > go,
+            "a node changed before BeforeRollout said Success"
+        )
+    });
+
+    // a Failure halts it with the extension's message
+    let run = "hooks-rollout-no";
+    let server = HookServer::start(script(|c, _| {
+        failure(&c.kind, "change freeze until Monday")
+    }))
+    .await;
+    let _ext = extension(env, run, &server, "[{name: BeforeRollout}]");
+    let shims2 = shims.clone();
+    let message = std::cell::RefCell::new(None::<String>);
+    let done = std::cell::Cell::new(false);
+    let poll = async {
+        while !done.get() {
+            if let Ok(s) = shims2.get(run).await
+                && let Some(c) = s
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.type_ == "RolloutHalted" && c.status == "True")
+            {
+                *message.borrow_mut() = c.message;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let mut cfg = FleetConfig::new(run, 3, "2", Duration::from_millis(200));
+    cfg.deadline = Duration::from_secs(30);
+    let fleet = async {
+        let r = run_fleet(env, &cfg).await;
+        done.set(true);
+        r
+    };
+    let (r, ()) = tokio::join!(fleet, poll);
+    eprintln!("{}", r.summary());
+    assert!(r.halted);
+    assert_eq!(r.installed, 0);
+    assert_eq!(r.restarts, 0);
+    let m = message.borrow().clone().unwrap_or_default();
+    assert!(m.contains("change freeze until Monday"), "{m}");
+}
