@@ -74,7 +74,7 @@ impl RolloutHooks {
         let targets = self.hooks.targets(
             HookName::BeforeRollout,
             std::slice::from_ref(&name),
-            &[shim.clone()],
+            std::slice::from_ref(shim),
         );
         let mut hold = Hold::Go;
         if !targets.is_empty() {
