@@ -78,7 +78,7 @@ pub struct Report {
 }
 
 impl Report {
-    async fn publish(&self, hook: HookName, ext: &str, v: &Verdict, took: Duration) {
+    fn publish(&self, hook: HookName, ext: &str, v: &Verdict, took: Duration) {
         let result = v.result();
         let detail = match v {
             Verdict::Proceed => String::new(),
@@ -104,11 +104,16 @@ impl Report {
             action: hook.as_str().into(),
             secondary: None,
         };
-        for r in &self.refs {
-            if let Err(e) = self.recorder.publish(&ev, r).await {
-                tracing::debug!(error = %e, "cannot publish an Event");
+        // the Events go out beside the transaction: an API round trip per object is not
+        // worth holding a restart for
+        let (recorder, refs) = (self.recorder.clone(), self.refs.clone());
+        tokio::spawn(async move {
+            for r in &refs {
+                if let Err(e) = recorder.publish(&ev, r).await {
+                    tracing::debug!(error = %e, "cannot publish an Event");
+                }
             }
-        }
+        });
     }
 }
 
@@ -168,7 +173,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
         let calls = targets.iter().map(|t| async move {
             let (outcome, took) = self.hooks.call(t, req).await;
             let v = apply_policy(&t.name(), t.spec.policy(), outcome);
-            self.report.publish(hook, &t.name(), &v, took).await;
+            self.report.publish(hook, &t.name(), &v, took);
             v
         });
         futures_util::future::join_all(calls).await
@@ -216,9 +221,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
                 let (outcome, took) = hooks.call(&t, &req).await;
                 // its failure policy is moot: nothing waits on it
                 let v = apply_policy(&t.name(), t.spec.policy(), outcome);
-                report
-                    .publish(HookName::AfterNodeChange, &t.name(), &v, took)
-                    .await;
+                report.publish(HookName::AfterNodeChange, &t.name(), &v, took);
             }
         });
     }
