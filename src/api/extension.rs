@@ -1,5 +1,5 @@
 //! The `ShimExtension` custom resource (containerd.x-k8s.io/v1alpha1): an HTTPS endpoint that
-//! other systems run to defer or block a node's containerd restart (docs/design.md §9).
+//! other systems run to defer or block a node's containerd restart (docs/design.md §10).
 //!
 //! Cluster-scoped, generated into the CRD like [`Shim`](super::Shim). Every string has a
 //! `maxLength` and every list a `maxItems`, so the CEL rules stay within the API server's cost

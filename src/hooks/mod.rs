@@ -1,4 +1,4 @@
-//! Lifecycle hooks (docs/design.md §9): `ShimExtension`s that other systems serve over HTTPS
+//! Lifecycle hooks (docs/design.md §10): `ShimExtension`s that other systems serve over HTTPS
 //! to defer or block a node's containerd restart, and to hear about its end.
 //!
 //! - [`wire`]: the request and response JSON, and the strict check of responses;
