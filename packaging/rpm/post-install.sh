@@ -5,13 +5,13 @@
 
 # The static Shims directory (cargo-generate-rpm cannot package an empty directory).
 mkdir -p /etc/shim-agent/shims.d || :
-# /opt/shim-agent must exist before the unit starts (its ReadWritePaths= names it); this
-# needs no running systemd, so it runs in image builds too, and every boot does it again.
-if command -v systemd-tmpfiles >/dev/null 2>&1; then
+# /opt/shim-agent must exist before the unit starts (its ReadWritePaths= names it). On a live
+# host systemd-tmpfiles makes it (as every boot does); in an image build, where
+# systemd-tmpfiles wants a mounted /proc, a plain mkdir (the same directory, 0755 root).
+if [ -d /run/systemd/system ] && command -v systemd-tmpfiles >/dev/null 2>&1; then
     systemd-tmpfiles --create shim-agent.conf || :
-else
-    mkdir -p /opt/shim-agent || :
 fi
+mkdir -p /opt/shim-agent && chmod 0755 /opt/shim-agent || :
 if [ -d /run/systemd/system ]; then
     systemctl --system daemon-reload || :
 fi

@@ -361,6 +361,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 notices::aborted(kind);
                 bail!("no rollout slot: {e}");
             }
+            notices::doing("applying", &names);
         }
         self.event(store, state, Event::SlotAcquired)?;
 
