@@ -580,3 +580,52 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
     let m = message.borrow().clone().unwrap_or_default();
     assert!(m.contains("change freeze until Monday"), "{m}");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_service_reference_resolves_through_the_api_to_its_endpoint_slice() {
+    let _serial = SERIAL.lock().await;
+    let Some(env) = kube_env() else { return };
+    let run = "hooks-service";
+    // the API server refuses loopback endpoints: the host's own address
+    let out = std::process::Command::new("hostname")
+        .arg("-I")
+        .output()
+        .unwrap();
+    let host_ip: std::net::IpAddr = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
+        .find(|a| a.is_ipv4() && !a.is_loopback())
+        .expect("a non-loopback IPv4 address on this host");
+    let server = HookServer::start_at(host_ip, script(|c, _| success(&c.kind))).await;
+    // a Service without a selector and an EndpointSlice pointing at the test server (no
+    // kube-proxy or cluster DNS here, as on a host); the certificate names the Service
+    let port = server.addr.port();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shim-hooks-test}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: hooks, namespace: shim-hooks-test}}\nspec:\n  ports: [{{name: https, port: 443, targetPort: {port}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: hooks-1\n  namespace: shim-hooks-test\n  labels: {{kubernetes.io/service-name: hooks}}\naddressType: IPv4\nports: [{{name: https, port: {port}, protocol: TCP}}]\nendpoints: [{{addresses: [{host_ip}], conditions: {{ready: true}}}}]\n"
+    );
+    let (ok, out) = env.apply(&yaml);
+    assert!(ok, "{out}");
+    let ca = serde_json::to_string(&server.ca_pem).unwrap();
+    let ext = format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {{name: {run}}}\nspec:\n  clientConfig: {{service: {{namespace: shim-hooks-test, name: hooks, port: 443, path: /hook}}, caBundle: {ca}}}\n  hooks: [{{name: BeforeNodeRestart}}]\n  shimSelector: {{matchLabels: {{fleet: {run}}}}}\n"
+    );
+    let (ok, out) = env.apply(&ext);
+    assert!(ok, "{out}");
+    let _ext = Extension {
+        env,
+        name: run.into(),
+    };
+    let mut cfg = FleetConfig::new(run, 2, "2", Duration::from_millis(200));
+    cfg.deadline = Duration::from_secs(60);
+    let r = run_fleet(env, &cfg).await;
+    eprintln!("{}", r.summary());
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert_eq!(
+        r.installed, 2,
+        "both nodes reached the extension through the Service"
+    );
+    for i in 0..2 {
+        assert_eq!(server.of(BNR, &node(run, i)).len(), 1, "node {i}");
+    }
+    let _ = env.kubectl(&["delete", "namespace", "shim-hooks-test", "--wait=false"]);
+}

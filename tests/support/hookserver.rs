@@ -101,6 +101,11 @@ impl HookServer {
 
     /// Serve `script` on a free loopback port.
     pub async fn start(script: Script) -> HookServer {
+        Self::start_at(std::net::Ipv4Addr::LOCALHOST.into(), script).await
+    }
+
+    /// Serve `script` on a free port of `ip`.
+    pub async fn start_at(ip: std::net::IpAddr, script: Script) -> HookServer {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         make_certs(dir.path());
@@ -115,7 +120,7 @@ impl HookServer {
             .with_single_cert(certs, key)
             .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
         let log = calls.clone();
