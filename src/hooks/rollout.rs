@@ -55,8 +55,8 @@ impl RolloutHooks {
         let name = shim.name_any();
         let generation = shim.metadata.generation.unwrap_or_default();
         match self.held.get(&name) {
-            Some((g, Hold::Go | Hold::Refused(_))) if *g == generation => {
-                return self.held[&name].1.clone();
+            Some((g, h @ (Hold::Go | Hold::Refused(_)))) if *g == generation => {
+                return h.clone();
             }
             Some((g, h @ Hold::Deferred(until, _)))
                 if *g == generation && *until > Instant::now() =>
