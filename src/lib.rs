@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod daemon;
 pub mod fsutil;
+pub mod hooks;
 pub mod hostroot;
 pub mod node;
 pub mod profile;

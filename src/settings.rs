@@ -152,6 +152,9 @@ pub struct KubernetesSettings {
     pub status_interval_secs: u64,
     /// How long to wait at start for this node's Node object.
     pub node_wait_secs: u64,
+    /// Longest a ShimExtension may defer this node's restart while it holds its rollout slot;
+    /// then the slot is given back and the node waits for another (docs/design.md §10).
+    pub max_deferral_secs: u64,
 }
 
 impl Default for KubernetesSettings {
@@ -163,6 +166,7 @@ impl Default for KubernetesSettings {
             retry_period_secs: 2,
             status_interval_secs: 2,
             node_wait_secs: 60,
+            max_deferral_secs: 300,
         }
     }
 }

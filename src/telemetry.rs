@@ -52,6 +52,17 @@ struct WatchLabels {
     watch: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookLabels {
+    hook: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookNameLabels {
+    hook: &'static str,
+}
+
 /// The agent's metrics, in one registry.
 pub struct Metrics {
     registry: Registry,
@@ -62,6 +73,8 @@ pub struct Metrics {
     slot_wait_seconds: Histogram,
     watch_restarts: Family<WatchLabels, Counter>,
     shims_installed: Gauge,
+    hook_calls: Family<HookLabels, Counter>,
+    hook_seconds: Family<HookNameLabels, Histogram>,
 }
 
 fn seconds_buckets() -> Histogram {
@@ -115,8 +128,23 @@ impl Metrics {
             "Shims installed on this node",
             shims_installed.clone(),
         );
+        let hook_calls = Family::<HookLabels, Counter>::default();
+        registry.register(
+            "hook_calls",
+            "Calls of ShimExtension hooks, by hook and result (Success, Deferred, Failure, Ignored)",
+            hook_calls.clone(),
+        );
+        let hook_seconds =
+            Family::<HookNameLabels, Histogram>::new_with_constructor(seconds_buckets as fn() -> _);
+        registry.register(
+            "hook_duration_seconds",
+            "Latency of ShimExtension hook calls, by hook",
+            hook_seconds.clone(),
+        );
         Metrics {
             registry,
+            hook_calls,
+            hook_seconds,
             transactions,
             rollbacks,
             restarts,
@@ -177,6 +205,18 @@ pub fn phase_took(phase: &str, d: Duration) {
 /// Time a transaction waited for its rollout slots.
 pub fn slot_waited(d: Duration) {
     metrics().slot_wait_seconds.observe(d.as_secs_f64());
+}
+
+/// A ShimExtension hook was called (`result` after its failure policy).
+pub fn hook_called(hook: &'static str, result: &'static str, took: Duration) {
+    metrics()
+        .hook_calls
+        .get_or_create(&HookLabels { hook, result })
+        .inc();
+    metrics()
+        .hook_seconds
+        .get_or_create(&HookNameLabels { hook })
+        .observe(took.as_secs_f64());
 }
 
 /// A watch failed and is being retried.

@@ -46,6 +46,7 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
         [
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Namespace",
             "ServiceAccount",
             "ClusterRole",
@@ -58,14 +59,14 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
             "ValidatingAdmissionPolicyBinding"
         ]
     );
-    assert_eq!(docs[2]["metadata"]["name"], "shim-agent-system");
+    assert_eq!(docs[3]["metadata"]["name"], "shim-agent-system");
     // no wildcard, nothing on secrets, and pods read-only
-    let text = serde_yaml::to_string(&docs[4..]).unwrap();
+    let text = serde_yaml::to_string(&docs[5..]).unwrap();
     assert!(!text.contains("'*'") && !text.contains("\"*\""), "{text}");
     for forbidden in ["secrets", "configmaps", "escalate", "bind", "impersonate"] {
         assert!(!text.contains(forbidden), "RBAC mentions {forbidden}");
     }
-    let rules = docs[4]["rules"].as_sequence().unwrap();
+    let rules = docs[5]["rules"].as_sequence().unwrap();
     let pods = rules
         .iter()
         .find(|r| r["resources"][0] == "pods")
@@ -75,8 +76,29 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
         serde_yaml::to_value(["list", "watch"]).unwrap()
     );
     // leases only through the namespaced Role
-    assert!(!serde_yaml::to_string(&docs[4]).unwrap().contains("leases"));
-    assert_eq!(docs[6]["metadata"]["namespace"], "shim-agent-system");
+    assert!(!serde_yaml::to_string(&docs[5]).unwrap().contains("leases"));
+    assert_eq!(docs[7]["metadata"]["namespace"], "shim-agent-system");
+    // extensions are read, never written, by agents; a `service` reference is resolved
+    // with a get of the Service and a list of its EndpointSlices, nothing else there
+    let verbs = |res: &str| {
+        rules
+            .iter()
+            .find(|r| r["resources"][0] == res)
+            .map(|r| r["verbs"].clone())
+    };
+    assert_eq!(
+        verbs("shimextensions"),
+        Some(serde_yaml::to_value(["get", "list", "watch"]).unwrap())
+    );
+    assert_eq!(
+        verbs("services"),
+        Some(serde_yaml::to_value(["get"]).unwrap())
+    );
+    assert_eq!(
+        verbs("endpointslices"),
+        Some(serde_yaml::to_value(["list"]).unwrap())
+    );
+    assert!(!text.contains("shimextensions/status"));
 }
 
 const GOOD: &str = r#"

@@ -22,6 +22,7 @@ use kube::CustomResourceExt;
 use serde::Serialize;
 
 use super::Shim;
+use super::extension::ShimExtension;
 use super::lease::ShimLease;
 
 /// Namespace holding the rollout Leases.
@@ -31,7 +32,7 @@ pub const AGENT_GROUP: &str = "containerd.x-k8s.io:shim-agents";
 /// Name of the ClusterRole, Role and bindings.
 pub const RBAC_NAME: &str = "shim-agent";
 
-/// The CRDs (Shim, ShimLease) as one YAML stream.
+/// The CRDs (Shim, ShimLease, ShimExtension) as one YAML stream.
 pub fn crd_yaml() -> anyhow::Result<String> {
     let mut out = String::new();
     push_doc(
@@ -45,6 +46,12 @@ pub fn crd_yaml() -> anyhow::Result<String> {
         "apiextensions.k8s.io/v1",
         "CustomResourceDefinition",
         &ShimLease::crd(),
+    )?;
+    push_doc(
+        &mut out,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        &ShimExtension::crd(),
     )?;
     Ok(out)
 }
@@ -109,6 +116,16 @@ fn cluster_role() -> ClusterRole {
             ),
             // only the coordinator writes status, at most every few seconds
             rule(&["containerd.x-k8s.io"], &["shims/status"], &["patch"]),
+            // lifecycle hooks: every agent keeps a cache of the extensions (one watch, no
+            // request per restart) and resolves a `service` reference through the API, as
+            // the agent on the host cannot use cluster DNS (api::extension)
+            rule(
+                &["containerd.x-k8s.io"],
+                &["shimextensions"],
+                &["get", "list", "watch"],
+            ),
+            rule(&[""], &["services"], &["get"]),
+            rule(&["discovery.k8s.io"], &["endpointslices"], &["list"]),
             // own Node: label and state annotation (NodeRestriction confines kubelet
             // identities to it); the coordinator watches all Nodes to count targets
             rule(&[""], &["nodes"], &["list", "watch", "patch"]),

@@ -1,6 +1,7 @@
 //! The Kubernetes API of shim-agent: the `Shim` custom resource, its CRD, and the
 //! manifests an operator applies (namespace, RBAC); `ShimLease` for coordination.
 
+pub mod extension;
 pub mod lease;
 pub mod load;
 pub mod manifests;

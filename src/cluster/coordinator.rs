@@ -33,6 +33,7 @@ use super::watch::{Tasks, spawn_reflector};
 use super::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, NAMESPACE, node_label};
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
+use crate::hooks::rollout::{Hold, RolloutHooks, with_hold};
 
 /// Coordinator settings.
 #[derive(Debug, Clone, Copy)]
@@ -98,9 +99,24 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         Api::<ShimLease>::namespaced(client.clone(), NAMESPACE),
         cfg().labels(SLOT_SHIM_LABEL),
         "slots",
+        tx.clone(),
+    );
+    // BeforeRollout: the extensions from a cache; a change to one reconciles again
+    let (exts, t5) = spawn_reflector(
+        Api::<crate::api::extension::ShimExtension>::all(client.clone()),
+        cfg(),
+        "coordinator shimextensions",
         tx,
     );
-    let _tasks = Tasks(vec![t1, t2, t3, t4]);
+    let _tasks = Tasks(vec![t1, t2, t3, t4, t5]);
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: None,
+        },
+    );
+    let hooks = std::sync::Arc::new(crate::hooks::Hooks::new(client.clone(), exts));
     let _ = shims.wait_until_ready().await;
     let _ = nodes.wait_until_ready().await;
     let _ = classes.wait_until_ready().await;
@@ -109,6 +125,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         client,
         config,
         last_status_write: BTreeMap::new(),
+        rollout_hooks: RolloutHooks::new(hooks, recorder),
     };
     loop {
         let views = node_views(&nodes);
@@ -157,6 +174,7 @@ struct Coordinator {
     client: Client,
     config: CoordinatorConfig,
     last_status_write: BTreeMap<String, Instant>,
+    rollout_hooks: RolloutHooks,
 }
 
 impl Coordinator {
@@ -169,11 +187,20 @@ impl Coordinator {
         leases: &Store<ShimLease>,
     ) -> Result<Option<Instant>, kube::Error> {
         let name = shim.name_any();
-        let rollout = Rollout::of(shim, nodes, leases);
+        let mut rollout = Rollout::of(shim, nodes, leases);
         let existing_nodes: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        // no slot opens for a generation its BeforeRollout extensions hold
+        let hold = if shim.metadata.deletion_timestamp.is_some() {
+            Hold::Go
+        } else {
+            self.rollout_hooks.check(shim).await
+        };
+        let halted = rollout.halted;
+        rollout.halted |= hold != Hold::Go;
         rollout
             .keep_slots(&self.client, shim, &existing_nodes)
             .await;
+        rollout.halted = halted;
         let shims = Api::<Shim>::all(self.client.clone());
         let deleting = shim.metadata.deletion_timestamp.is_some();
         let has_finalizer = shim.finalizers().iter().any(|f| f == FINALIZER);
@@ -231,7 +258,11 @@ impl Coordinator {
             shim.status.as_ref(),
             &now,
         );
-        let mut due = None;
+        let status = with_hold(status, &hold, shim.status.as_ref(), &now);
+        let mut due = match &hold {
+            Hold::Deferred(until, _) => Some(*until),
+            _ => None,
+        };
         if shim.status.as_ref() != Some(&status) {
             let last = self.last_status_write.get(&name).copied();
             match last {

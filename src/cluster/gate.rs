@@ -51,6 +51,8 @@ pub struct GateTimings {
     /// Added to this node's wall clock in the times it writes (tests: skewed clocks; the
     /// protocol never compares them with another node's clock).
     pub clock_skew_secs: i64,
+    /// Longest a ShimExtension may defer a restart while this node holds its slot (hooks).
+    pub max_deferral: Duration,
 }
 
 impl Default for GateTimings {
@@ -61,6 +63,7 @@ impl Default for GateTimings {
             per_rival: Duration::from_millis(25),
             relist: Duration::from_secs(30),
             clock_skew_secs: 0,
+            max_deferral: Duration::from_secs(300),
         }
     }
 }

@@ -46,7 +46,10 @@ impl SessionConfig {
             },
             node_wait: secs(k.node_wait_secs),
             credential_check: secs(connect::CREDENTIAL_CHECK_SECS),
-            gate: GateTimings::default(),
+            gate: GateTimings {
+                max_deferral: secs(k.max_deferral_secs),
+                ..GateTimings::default()
+            },
         })
     }
 }

@@ -74,6 +74,7 @@ fn start() -> Option<KubeEnv> {
         "wait",
         "--for=condition=Established",
         "crd/shims.containerd.x-k8s.io",
+        "crd/shimextensions.containerd.x-k8s.io",
     ]);
     assert!(out.0, "CRD not established: {}", out.1);
     Some(env)

@@ -5,6 +5,8 @@
 
 pub mod agent_rig;
 pub mod fleet;
+pub mod hooks_kube;
+pub mod hookserver;
 pub mod kube;
 pub mod live;
 

@@ -25,7 +25,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
@@ -83,6 +83,7 @@ struct RoundView<'r> {
 /// The caches a round reads.
 struct Caches {
     shims: Store<Shim>,
+    hooks: std::sync::Arc<crate::hooks::Hooks>,
     node: Store<KubeNode>,
     pods: Store<Pod>,
     _tasks: Tasks,
@@ -156,11 +157,20 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             "pods",
             nudge.clone(),
         );
+        // ShimExtensions: a cache the rounds read, no request per restart; a change to one
+        // starts no round (the channel has no reader)
+        let (ext, t4) = spawn_reflector(
+            Api::<crate::api::extension::ShimExtension>::all(c.clone()),
+            watcher::Config::default(),
+            "shimextensions",
+            mpsc::channel(1).0,
+        );
         Caches {
             shims,
+            hooks: std::sync::Arc::new(crate::hooks::Hooks::new(c.clone(), ext)),
             node,
             pods,
-            _tasks: Tasks(vec![t1, t2, t3]),
+            _tasks: Tasks(vec![t1, t2, t3, t4]),
         }
     }
 
@@ -378,6 +388,24 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             None => gate,
         }
         .except(statics.iter().map(|s| s.name().to_string()));
+        let report = crate::hooks::Report {
+            recorder: self.recorder.clone(),
+            refs: vec![current.object_ref(&())],
+        };
+        let changes = crate::hooks::gate::changes_of(&plan.changes, state);
+        let gate = crate::hooks::HookGate::new(
+            gate,
+            caches.hooks.clone(),
+            &self.node_name,
+            &cluster,
+            changes,
+            self.gate_timings.max_deferral,
+            report,
+        );
+        let gate = match &self.shutdown {
+            Some(s) => gate.until(s.clone()),
+            None => gate,
+        };
         let (announced, result) = {
             let agent: &Self = self;
             tokio::join!(

@@ -65,6 +65,10 @@ pub struct FleetConfig {
     pub failover_on_halt: bool,
     /// The coordinator's timings (tests: fast; benchmarks: the agent's defaults).
     pub coordinator: shim_agent::cluster::coordinator::CoordinatorConfig,
+    /// Nodes an extension fails (they never install, their hosts are healthy).
+    pub refused: usize,
+    /// The agents' longest deferral by an extension.
+    pub max_deferral: Duration,
 }
 
 impl FleetConfig {
@@ -82,6 +86,8 @@ impl FleetConfig {
             resize: None,
             failover_on_halt: false,
             coordinator: fast(),
+            refused: 0,
+            max_deferral: GateTimings::default().max_deferral,
         }
     }
 }
@@ -122,7 +128,7 @@ impl FleetReport {
 
 fn shim_yaml(cfg: &FleetConfig, url: &str, sha: &str) -> String {
     format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {run}}}\nspec:\n  nodeSelector: {{fleet: {run}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {run}}}\n  rolloutStrategy: {{type: rolling, rolling: {{maxUpdate: {mu}, maxFailures: {mf}}}}}\n",
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {run}, labels: {{fleet: {run}}}}}\nspec:\n  nodeSelector: {{fleet: {run}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {run}}}\n  rolloutStrategy: {{type: rolling, rolling: {{maxUpdate: {mu}, maxFailures: {mf}}}}}\n",
         run = cfg.run,
         mu = cfg.max_update,
         mf = cfg.max_failures,
@@ -230,6 +236,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
             credential_check: Duration::from_secs(3600),
             gate: GateTimings {
                 clock_skew_secs: skew(i),
+                max_deferral: cfg.max_deferral,
                 ..GateTimings::default()
             },
         };
@@ -269,7 +276,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         let (ok, out) = env.apply(&yaml);
         assert!(ok, "{out}");
         let label = node_label(&cfg.run);
-        let expected = cfg.agents - cfg.failing.len() - cfg.deleted.len();
+        let expected = cfg.agents - cfg.failing.len() - cfg.deleted.len() - cfg.refused;
         let deadline = t0 + cfg.deadline;
         let leases: Api<ShimLease> = Api::namespaced(admin.clone(), NAMESPACE);
         let coordinator = || async {
