@@ -29,6 +29,8 @@ pub struct Hooks {
     store: Store<ShimExtension>,
     /// Per extension, keyed by name and resourceVersion (a changed caBundle gets a new one).
     http: Mutex<HashMap<String, reqwest::Client>>,
+    /// The API server said the ShimExtension kind does not exist (its CRD is not applied).
+    crd_missing: std::sync::atomic::AtomicBool,
 }
 
 /// One extension that serves one hook.
@@ -50,16 +52,45 @@ impl Hooks {
             kube,
             store,
             http: Mutex::new(HashMap::new()),
+            crd_missing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Wait (at most [`CACHE_WAIT`]) for the first list of extensions.
+    ///
+    /// Without the ShimExtension CRD (an agent upgraded before the cluster's manifests) there
+    /// can be no extension: that is "no extensions", said once, not a refusal. Only the API
+    /// server's own answer decides it (a 404 for the kind); an unreachable or forbidden list
+    /// still refuses, since an extension might be there to stop the restart. Once the CRD is
+    /// applied, the watch lists it and the cache is used again.
     pub async fn ready(&self) -> Result<(), String> {
-        match tokio::time::timeout(CACHE_WAIT, self.store.wait_until_ready()).await {
-            Ok(Ok(())) => Ok(()),
+        use std::sync::atomic::Ordering;
+        let wait = if self.crd_missing.load(Ordering::Relaxed) {
+            Duration::ZERO
+        } else {
+            CACHE_WAIT
+        };
+        if let Ok(Ok(())) = tokio::time::timeout(wait, self.store.wait_until_ready()).await {
+            self.crd_missing.store(false, Ordering::Relaxed);
+            return Ok(());
+        }
+        let probe = Api::<ShimExtension>::all(self.kube.clone())
+            .list(&ListParams::default().limit(1))
+            .await;
+        match probe {
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                if !self.crd_missing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "the ShimExtension CRD is not applied: no lifecycle hooks are called (apply `shim-agent manifests`)"
+                    );
+                }
+                Ok(())
+            }
+            // the list works and there is none (the watch is only slow to start)
+            Ok(list) if list.items.is_empty() => Ok(()),
             _ => Err(format!(
-                "the ShimExtensions could not be listed within {} s (is the CRD applied?)",
-                CACHE_WAIT.as_secs()
+                "the ShimExtensions could not be listed within {} s (is the API server reachable, and may this node list them?)",
+                wait.as_secs()
             )),
         }
     }
