@@ -5,7 +5,8 @@
 //!   and leaves the image root as it was;
 //! - with `fetch.ca-file` naming the server's CA, the same `https://` artifact installs.
 //!
-//! The https server is `openssl s_server -WWW` with a certificate from a test CA made here.
+//! The https server is `openssl s_server -WWW` with a certificate from a test CA
+//! (`support::tls`).
 
 mod support;
 
@@ -23,81 +24,6 @@ fn agent(args: &[&str]) -> Output {
         .env("SSL_CERT_DIR", "/nonexistent")
         .output()
         .expect("run shim-agent")
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl (the openssl package)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A test CA and a server certificate for 127.0.0.1 / localhost signed by it.
-fn make_certs(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=shim-agent test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-            "-out",
-            "server.pem",
-        ],
-    );
 }
 
 struct Server(Child);
@@ -161,7 +87,7 @@ fn text(b: &[u8]) -> String {
 #[test]
 fn without_system_ca_certificates_file_and_http_work_and_https_needs_a_ca_file() {
     let d = tempfile::tempdir().unwrap();
-    make_certs(d.path());
+    support::tls::make_certs(d.path(), "localhost");
     let art = tar_gz(&[Entry::File("containerd-shim-demo-v2", real_elf(), 0o755)]);
     let sha = sha256_hex(&art);
     std::fs::write(d.path().join("demo.tar.gz"), &art).unwrap();

@@ -1,11 +1,9 @@
 //! A ShimExtension for tests: HTTPS on loopback (hyper http1 over tokio-rustls) with a
-//! certificate from a test CA made here with the `openssl` CLI, scripted answers, and a log
+//! certificate from a test CA (`support::tls`, the `openssl` CLI), scripted answers, and a log
 //! of every request. A request of another `apiVersion` is refused with 400, as a real
 //! extension that serves only v1alpha1 would.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -108,7 +106,7 @@ impl HookServer {
     pub async fn start_at(ip: std::net::IpAddr, script: Script) -> HookServer {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
-        make_certs(dir.path());
+        super::tls::make_certs(dir.path(), SERVICE_HOST);
         let certs: Vec<CertificateDer<'static>> =
             CertificateDer::pem_file_iter(dir.path().join("server.pem"))
                 .unwrap()
@@ -195,77 +193,4 @@ async fn handle(body: &[u8], log: &Mutex<Vec<Call>>, script: &Script) -> (u16, V
     let reply = script(&call, nth);
     tokio::time::sleep(reply.delay).await;
     (reply.status, reply.body)
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl (the openssl package)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A test CA, and a P-256 server certificate for 127.0.0.1 and [`SERVICE_HOST`] signed by it.
-fn make_certs(dir: &Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-days",
-        "2",
-        "-subj",
-        "/CN=hooks test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    openssl(dir, &ca);
-    let mut csr = vec!["req"];
-    csr.extend(ec);
-    csr.extend([
-        "-subj",
-        "/CN=hooks",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    openssl(dir, &csr);
-    std::fs::write(
-        dir.join("ext.cnf"),
-        format!("subjectAltName=IP:127.0.0.1,DNS:{SERVICE_HOST}\nbasicConstraints=CA:FALSE\n"),
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-            "-out",
-            "server.pem",
-        ],
-    );
 }

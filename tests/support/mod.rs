@@ -9,6 +9,7 @@ pub mod hooks_kube;
 pub mod hookserver;
 pub mod kube;
 pub mod live;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
