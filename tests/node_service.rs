@@ -221,8 +221,14 @@ async fn the_packaged_unit_notifies_logs_serves_metrics_reloads_and_stops_cleanl
     remove_dropin(&env, AGENT_UNIT, "watchdog");
 
     // --- stop while containerd restarts: the transaction finishes on the one SIGTERM ----------
-    env.add_unit_dropin("slow", "[Service]\nExecStartPre=/bin/sleep 4\n")
-        .await;
+    // containerd's stop phase takes 3 s, so the agent's stop below is queued while the
+    // restart job is still stopping containerd (a unit ordered after containerd would then
+    // hold containerd's start until its own stop finished: a deadlock)
+    env.add_unit_dropin(
+        "slow",
+        "[Service]\nExecStopPost=/bin/sleep 3\nExecStartPre=/bin/sleep 1\n",
+    )
+    .await;
     let (url3, sha3) = artifact(&env, "slow");
     write(
         &env.root.join(SHIMS_D).join("slow.yaml"),
@@ -239,6 +245,10 @@ async fn the_packaged_unit_notifies_logs_serves_metrics_reloads_and_stops_cleanl
     env.exec_ok(&["systemctl", "stop", AGENT_UNIT]);
     let took = t.elapsed();
     eprintln!("systemctl stop took {took:?} (containerd's restart takes 4 s)");
+    assert!(
+        took < Duration::from_secs(30),
+        "the stop waited for the transaction only ({took:?})"
+    );
     assert_eq!(
         show(&env, "Result"),
         "success",
