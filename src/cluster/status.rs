@@ -145,13 +145,7 @@ pub fn compute_status(
         cond_false("Degraded", "Info", "NoFailures", "no node failed".into())
     });
     for c in &mut conds {
-        let before = previous
-            .and_then(|p| p.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|x| x.type_ == c.type_));
-        c.last_transition_time = match before {
-            Some(b) if b.status == c.status => b.last_transition_time.clone(),
-            _ => Some(now.clone()),
-        };
+        carry_transition_time(c, previous, now);
     }
     ShimStatus {
         observed_generation: shim.metadata.generation,
@@ -220,6 +214,14 @@ pub fn with_rollout(
             ),
         )
     };
+    carry_transition_time(&mut c, previous, now);
+    status.conditions.get_or_insert_with(Vec::new).push(c);
+    status
+}
+
+/// `lastTransitionTime`: kept from the previous status while the condition's status stays,
+/// `now` when it changes (or is new).
+pub(crate) fn carry_transition_time(c: &mut Condition, previous: Option<&ShimStatus>, now: &Time) {
     let before = previous
         .and_then(|p| p.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|x| x.type_ == c.type_));
@@ -227,8 +229,6 @@ pub fn with_rollout(
         Some(b) if b.status == c.status => b.last_transition_time.clone(),
         _ => Some(now.clone()),
     };
-    status.conditions.get_or_insert_with(Vec::new).push(c);
-    status
 }
 
 fn list(names: &[&str]) -> String {

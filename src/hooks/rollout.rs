@@ -168,13 +168,7 @@ pub fn with_hold(
 ) -> ShimStatus {
     let conds = status.conditions.get_or_insert_with(Vec::new);
     let set = |conds: &mut Vec<Condition>, mut c: Condition| {
-        let before = previous
-            .and_then(|p| p.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|x| x.type_ == c.type_));
-        c.last_transition_time = match before {
-            Some(b) if b.status == c.status => b.last_transition_time.clone(),
-            _ => Some(now.clone()),
-        };
+        crate::cluster::status::carry_transition_time(&mut c, previous, now);
         conds.retain(|x| x.type_ != c.type_);
         conds.push(c);
     };
