@@ -54,17 +54,16 @@ fn metrics(env: &KubeEnv) -> BTreeMap<String, f64> {
     out
 }
 
-fn apiserver_pid() -> Option<u32> {
-    let out = std::process::Command::new("pgrep")
-        .args(["-f", "kube-apiserver"])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()?
-        .trim()
-        .parse()
-        .ok()
+/// The kube-apiserver of `env` (its certificates are beside its admin kubeconfig; another
+/// instance may run beside it).
+fn apiserver_pid(env: &KubeEnv) -> Option<u32> {
+    let mark = format!("--tls-cert-file={}/", env.admin.parent()?.display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        (cmd.contains("kube-apiserver") && cmd.contains(&mark)).then_some(pid)
+    })
 }
 
 /// (CPU seconds so far, resident MiB now, peak resident MiB) of `pid`.
@@ -125,7 +124,7 @@ fn main() {
         cfg.deadline = Duration::from_secs(3600);
         // the agent's own defaults: status at most every 2 s, 15 s coordinator lease
         cfg.coordinator = shim_agent::cluster::coordinator::CoordinatorConfig::default();
-        let pid = apiserver_pid();
+        let pid = apiserver_pid(env);
         let before = metrics(env);
         let cpu0 = pid.map(|p| proc_usage(p).0).unwrap_or(0.0);
         let t = Instant::now();

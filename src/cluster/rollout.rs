@@ -14,8 +14,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use super::NAMESPACE;
 use super::slots::{
-    Limits, SLOT_CLOSED, SLOT_FAILED, SLOT_FREED, SLOT_SHIM_LABEL, Slot, SlotAction, halted,
-    limits, owned_by_node, plan_slots, resume_token, slot_name, slot_of,
+    Limits, SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_SHIM_LABEL, Slot, SlotAction,
+    halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token, slot_name, slot_of,
 };
 use super::status::{NodeView, with_rollout};
 use super::target::targets;
@@ -82,7 +82,15 @@ impl Rollout {
             !nodes.contains(h) && lease.is_some_and(|(_, l)| !owned_by_node(l, h))
         };
         let name = shim.name_any();
-        for action in plan_slots(self.limits, self.halted, &plain, gone) {
+        let mut actions = plan_slots(self.limits, self.halted, &plain, gone);
+        actions.extend(plan_stamps(self.limits, &plain, &actions));
+        let count = self.limits.slots.map(|n| n.to_string());
+        let stamp = |l: &mut ShimLease| {
+            if let Some(c) = &count {
+                l.annotations_mut().insert(SLOT_COUNT.into(), c.clone());
+            }
+        };
+        for action in actions {
             let lease = |i: u32| {
                 self.slots
                     .iter()
@@ -91,7 +99,8 @@ impl Rollout {
             };
             let result = match &action {
                 SlotAction::Create { index, closed } => {
-                    let l = new_slot(shim, *index, closed.as_deref());
+                    let mut l = new_slot(shim, *index, closed.as_deref());
+                    stamp(&mut l);
                     api.create(&PostParams::default(), &l).await.map(|_| ())
                 }
                 SlotAction::Delete {
@@ -117,6 +126,7 @@ impl Rollout {
                                 l.annotations_mut().remove(SLOT_CLOSED);
                             }
                         }
+                        stamp(&mut l);
                         api.replace(&l.name_any(), &PostParams::default(), &l)
                             .await
                             .map(|_| ())
@@ -130,6 +140,15 @@ impl Rollout {
                         l.annotations_mut().remove(SLOT_FAILED);
                         l.annotations_mut().insert(SLOT_FREED.into(), holder);
                         l.labels_mut().remove(super::slots::SLOT_HOLDER_LABEL);
+                        api.replace(&l.name_any(), &PostParams::default(), &l)
+                            .await
+                            .map(|_| ())
+                    }
+                    None => Ok(()),
+                },
+                SlotAction::Stamp { index, .. } => match lease(*index) {
+                    Some(mut l) => {
+                        stamp(&mut l);
                         api.replace(&l.name_any(), &PostParams::default(), &l)
                             .await
                             .map(|_| ())

@@ -42,6 +42,9 @@ pub const SLOT_FAILED: &str = "containerd.x-k8s.io/slot-failed";
 pub const SLOT_CLOSED: &str = "containerd.x-k8s.io/slot-closed";
 /// Annotation on a slot Lease the coordinator freed: the holder whose Node was deleted.
 pub const SLOT_FREED: &str = "containerd.x-k8s.io/slot-freed-from";
+/// Annotation on a slot Lease: N, the Shim's slot count the coordinator keeps now. A waiting
+/// node that sees it differ from the N it chose its candidates by lists the slots again.
+pub const SLOT_COUNT: &str = "containerd.x-k8s.io/slot-count";
 /// Annotation on a Shim: a new value resumes a halted rollout.
 pub const RESUME_ANNOTATION: &str = "containerd.x-k8s.io/resume-rollout";
 
@@ -110,6 +113,8 @@ pub struct Slot {
     pub holder: Option<String>,
     pub failed: Option<Failure>,
     pub closed: Option<String>,
+    /// N as the coordinator last stamped it (`None`: not stamped yet).
+    pub count: Option<u32>,
     pub resource_version: String,
 }
 
@@ -143,6 +148,9 @@ pub fn slot_of(shim: &str, lease: &ShimLease) -> Option<Slot> {
         holder: lease.spec.holder_identity.clone().filter(|h| !h.is_empty()),
         failed,
         closed: ann.and_then(|a| a.get(SLOT_CLOSED)).cloned(),
+        count: ann
+            .and_then(|a| a.get(SLOT_COUNT))
+            .and_then(|c| c.parse().ok()),
         resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
     })
 }
@@ -205,6 +213,11 @@ pub enum SlotAction {
     },
     /// Empty the holder (a deleted Node, or a stale holder) and clear its failure.
     Free {
+        index: u32,
+        resource_version: String,
+    },
+    /// Stamp the current N on a slot (every Create and Mark stamps it too).
+    Stamp {
         index: u32,
         resource_version: String,
     },
@@ -300,6 +313,32 @@ pub fn plan_slots(
     out
 }
 
+/// Stamps of N on the kept slots (below N) that show another N and that `planned` does not
+/// already write: so the nodes waiting on them see N change and choose their candidates
+/// again, without watching every slot.
+pub fn plan_stamps(limits: Limits, slots: &[Slot], planned: &[SlotAction]) -> Vec<SlotAction> {
+    let Some(n) = limits.slots else {
+        return Vec::new();
+    };
+    let written = |i: u32| {
+        planned.iter().any(|a| match a {
+            SlotAction::Create { index, .. }
+            | SlotAction::Delete { index, .. }
+            | SlotAction::Mark { index, .. }
+            | SlotAction::Free { index, .. }
+            | SlotAction::Stamp { index, .. } => *index == i,
+        })
+    };
+    slots
+        .iter()
+        .filter(|s| s.index < n && s.count != Some(n) && !written(s.index))
+        .map(|s| SlotAction::Stamp {
+            index: s.index,
+            resource_version: s.resource_version.clone(),
+        })
+        .collect()
+}
+
 fn hash(parts: &[&str]) -> u64 {
     let mut h = Sha256::new();
     for p in parts {
@@ -322,11 +361,14 @@ pub fn candidates(node_uid: &str, shim: &str, n: u32, k: usize, skip: &BTreeSet<
     scored.into_iter().take(k).map(|(_, i)| i).collect()
 }
 
-/// How long a node waits before claiming a free slot it saw: spread over `0..max` by its
-/// UID, so the nodes watching one slot do not all write at once.
-pub fn claim_delay(node_uid: &str, shim: &str, max: Duration) -> Duration {
-    let ms = max.as_millis().max(1) as u64;
-    Duration::from_millis(hash(&[node_uid, shim, "delay"]) % ms)
+/// How long a node waits before claiming a free slot it saw: spread over `0..max` by a hash
+/// of its UID and of the slot's version it saw free (`seen`, the slot's resourceVersion), so
+/// the nodes watching one slot do not all write at once, and each hand-off draws anew. A delay
+/// fixed per node made the nodes with the longest delays wait last, and the hand-offs slow
+/// down as a rollout went on (the first claim came after half the window at mid-rollout).
+pub fn claim_delay(node_uid: &str, shim: &str, seen: &str, max: Duration) -> Duration {
+    let us = max.as_micros().max(1) as u64;
+    Duration::from_micros(hash(&[node_uid, shim, seen, "delay"]) % us)
 }
 
 /// What a node does with the slots of a Shim it needs one of.

@@ -16,6 +16,7 @@ fn slot(index: u32, holder: Option<&str>) -> Slot {
         holder: holder.map(str::to_string),
         failed: None,
         closed: None,
+        count: None,
         resource_version: format!("rv{index}"),
     }
 }
@@ -101,6 +102,7 @@ fn apply(slots: &mut Vec<Slot>, actions: &[SlotAction]) {
                     s.closed = closed.clone();
                 }
             }
+            SlotAction::Stamp { .. } => {}
             SlotAction::Free { index, .. } => {
                 if let Some(s) = slots.iter_mut().find(|s| s.index == *index) {
                     s.holder = None;
@@ -276,8 +278,75 @@ fn waiting_nodes_spread_over_candidates_and_skip_failed_slots() {
         candidates("uid-9", "spin", 10, 2, &none),
         candidates("uid-9", "spin", 10, 2, &none)
     );
-    let d = claim_delay("uid-9", "spin", Duration::from_millis(200));
-    assert!(d < Duration::from_millis(200));
+}
+
+#[test]
+fn claim_delays_are_drawn_anew_for_every_version_of_the_slot() {
+    let w = Duration::from_millis(200);
+    let d = |uid: &str, seen: &str| claim_delay(uid, "spin", seen, w);
+    assert!((0..100).all(|i| d(&format!("uid-{i}"), "7") < w));
+    // the same node, the same free slot: the same delay (a re-read does not re-draw)
+    assert_eq!(d("uid-9", "7"), d("uid-9", "7"));
+    // 50 nodes over 20 hand-offs: which node claims first changes from hand-off to hand-off,
+    // so no node is always last (a delay fixed per node made the late ones wait every time)
+    let firsts: BTreeSet<usize> = (0..20)
+        .map(|v| {
+            (0..50)
+                .min_by_key(|i| d(&format!("uid-{i}"), &v.to_string()))
+                .unwrap()
+        })
+        .collect();
+    assert!(firsts.len() > 10, "{firsts:?}");
+    // and the first claim comes early in the window: the least of 50 draws
+    let mean_first = (0..20)
+        .map(|v| {
+            (0..50)
+                .map(|i| d(&format!("uid-{i}"), &v.to_string()))
+                .min()
+                .unwrap()
+        })
+        .sum::<Duration>()
+        / 20;
+    assert!(mean_first < w / 10, "{mean_first:?}");
+}
+
+#[test]
+fn the_coordinator_stamps_n_on_the_kept_slots_it_does_not_write_anyway() {
+    let lim = |n| Limits {
+        slots: Some(n),
+        max_failures: 0,
+    };
+    let mut stamped = slot(0, Some("a"));
+    stamped.count = Some(3);
+    let slots = vec![stamped, slot(1, None), slot(2, Some("b")), slot(3, None)];
+    let planned = plan_slots(lim(3), false, &slots, |_| false);
+    let stamps = plan_stamps(lim(3), &slots, &planned);
+    let idx: Vec<u32> = stamps
+        .iter()
+        .map(|a| match a {
+            SlotAction::Stamp { index, .. } => *index,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // slot 0 shows N already; slot 3 is above N (deleted by the plan)
+    assert_eq!(idx, vec![1, 2]);
+    // N went from 3 to 2: slot 0 shows the old N and gets the new one
+    let stamps = plan_stamps(
+        lim(2),
+        &slots,
+        &plan_slots(lim(2), false, &slots, |_| false),
+    );
+    assert!(
+        stamps
+            .iter()
+            .any(|a| matches!(a, SlotAction::Stamp { index: 0, .. }))
+    );
+    // recreate: no slots kept, nothing stamped
+    let none = Limits {
+        slots: None,
+        max_failures: 0,
+    };
+    assert!(plan_stamps(none, &slots, &[]).is_empty());
 }
 
 #[test]

@@ -382,7 +382,8 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             &current.uid().unwrap_or_default(),
             &cluster,
             self.gate_timings,
-        );
+        )
+        .live(caches.shims.clone());
         let gate = match &self.shutdown {
             Some(s) => gate.until(s.clone()),
             None => gate,

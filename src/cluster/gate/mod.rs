@@ -4,13 +4,14 @@
 //! # Protocol
 //! - Acquire: one list of the Shim's slots; a slot this node holds is adopted (an agent that
 //!   restarted finds its own). Otherwise the node picks a few candidate slots by rendezvous
-//!   hash of its Node UID, skipping slots held by failed nodes, and watches only those, by
-//!   name. It claims a free open one after a short delay hashed from its UID, with a replace
-//!   guarded by the resourceVersion it read: of two claimants one gets a 409 and goes on
-//!   waiting. The holder's Node becomes an owner of the slot (so a deleted Node's slot can
+//!   hash of its Node UID, skipping slots held by failed nodes, watches only those, by name,
+//!   and claims a free open one after a short delay drawn per hand-off ([`contend`]), with a
+//!   replace guarded by the resourceVersion it saw: of two claimants one gets a 409 and goes
+//!   on waiting. The holder's Node becomes an owner of the slot (so a deleted Node's slot can
 //!   be freed, see the admission policy in `api::manifests`).
 //! - Renew: a replace with a new `renewTime`, right before the restart; anything but
-//!   success and the restart does not happen.
+//!   success and the restart does not happen. A slot written (taken or renewed) within
+//!   `GateTimings::fresh` counts as renewed.
 //! - Release: holder, failure mark and Node owner cleared; a slot whose Shim is gone is
 //!   deleted instead (nothing else would collect it).
 //! - Failure: the slot is kept and marked with the Shim generation, the resume token and the
@@ -22,20 +23,24 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use futures_util::stream::select_all;
+use tokio::time::Instant;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
-use kube::api::{DeleteParams, ListParams, PostParams, WatchParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 
 use super::NAMESPACE;
 use super::slots::{
     Claim, Failure, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL, candidates, claim,
-    claim_delay, resume_token, slot_of,
+    resume_token, slot_of,
 };
 use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
 use crate::txn::Gate;
+
+mod contend;
+pub use contend::claim_window;
 
 /// How a node waits for slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +58,9 @@ pub struct GateTimings {
     pub clock_skew_secs: i64,
     /// Longest a ShimExtension may defer a restart while this node holds its slot (hooks).
     pub max_deferral: Duration,
+    /// A slot this node wrote (took or renewed) this recently counts as renewed: the
+    /// renewal before the restart is then the claim itself, one write less per node.
+    pub fresh: Duration,
 }
 
 impl Default for GateTimings {
@@ -64,6 +72,7 @@ impl Default for GateTimings {
             relist: Duration::from_secs(30),
             clock_skew_secs: 0,
             max_deferral: Duration::from_secs(300),
+            fresh: Duration::from_secs(1),
         }
     }
 }
@@ -75,14 +84,19 @@ pub struct SlotGate<'a> {
     my_uid: String,
     cluster: &'a [Shim],
     timings: GateTimings,
-    /// (Shim, slot Lease as last written) for each slot held.
-    held: Mutex<Vec<(&'a Shim, ShimLease)>>,
+    /// For each slot held: its Shim, the Lease as last written, and when.
+    held: Mutex<Vec<Held<'a>>>,
     /// Waiting for a slot ends when this turns true.
     shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The agent's watch of the cluster's Shims: their latest status (how many nodes still
+    /// wait) sizes the claim window; `cluster` is the snapshot the transaction started from.
+    live: Option<Store<Shim>>,
     /// Shims this node runs from its own `shims.d` (they win over a cluster Shim of the same
     /// name): the node owner's, no rollout.
     statics: BTreeSet<String>,
 }
+
+type Held<'a> = (&'a Shim, ShimLease, Instant);
 
 fn now(skew_secs: i64) -> MicroTime {
     let t = k8s_openapi::jiff::Timestamp::now();
@@ -112,8 +126,23 @@ impl<'a> SlotGate<'a> {
             timings,
             held: Mutex::new(Vec::new()),
             shutdown: None,
+            live: None,
             statics: BTreeSet::new(),
         }
+    }
+
+    /// Size claim windows from the Shims' latest status in `shims` (the agent's watch).
+    pub fn live(mut self, shims: Store<Shim>) -> Self {
+        self.live = Some(shims);
+        self
+    }
+
+    /// `shim` as the agent's watch shows it now, or as the transaction started with it.
+    fn latest(&self, shim: &Shim) -> Shim {
+        self.live
+            .as_ref()
+            .and_then(|s| s.get(&ObjectRef::from_obj(shim)))
+            .map_or_else(|| shim.clone(), |s| (*s).clone())
     }
 
     /// Never gate these Shims: the node's static ones.
@@ -152,11 +181,11 @@ impl<'a> SlotGate<'a> {
         }
     }
 
-    fn held(&self) -> Vec<(&'a Shim, ShimLease)> {
+    fn held(&self) -> Vec<Held<'a>> {
         self.held.lock().map(|h| h.clone()).unwrap_or_default()
     }
 
-    fn set_held(&self, v: Vec<(&'a Shim, ShimLease)>) {
+    fn set_held(&self, v: Vec<Held<'a>>) {
         if let Ok(mut h) = self.held.lock() {
             *h = v;
         }
@@ -192,7 +221,7 @@ impl<'a> SlotGate<'a> {
         let name = shim.name_any();
         let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
         loop {
-            if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
+            if self.shutting_down() {
                 return Err("the agent is shutting down".into());
             }
             let list = self
@@ -213,100 +242,49 @@ impl<'a> SlotGate<'a> {
                 .map(|s| s.index)
                 .collect();
             let cands = candidates(&self.my_uid, &name, n, self.timings.candidates, &skip);
-            let pick = |i: u32| {
-                leases
-                    .iter()
-                    .find(|l| slot_of(&name, l).is_some_and(|s| s.index == i))
-                    .cloned()
-            };
             match claim(&self.me, &slots, &cands) {
                 Claim::Adopt(i) => {
-                    if let Some(l) = pick(i) {
-                        tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
-                        match self
-                            .api
-                            .replace(&l.name_any(), &PostParams::default(), &self.taken(l))
-                            .await
-                        {
-                            Ok(l) => return Ok(l),
-                            Err(e) if gone(&e) => continue,
-                            Err(e) => return Err(format!("cannot renew slot {i} of {name}: {e}")),
-                        }
-                    }
-                }
-                Claim::Take(i) => {
-                    let window = claim_window(shim, n, self.timings);
-                    tokio::time::sleep(claim_delay(&self.my_uid, &name, window)).await;
-                    let Ok(l) = self.api.get(&super::slots::slot_name(&name, i)).await else {
+                    let Some(l) = leases
+                        .iter()
+                        .find(|l| slot_of(&name, l).is_some_and(|s| s.index == i))
+                    else {
                         continue;
                     };
-                    let fresh = slot_of(&name, &l);
-                    if !fresh.is_some_and(|s| s.is_free() && s.is_open()) {
-                        continue;
-                    }
+                    tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
                     match self
                         .api
-                        .replace(&l.name_any(), &PostParams::default(), &self.taken(l))
+                        .replace(
+                            &l.name_any(),
+                            &PostParams::default(),
+                            &self.taken(l.clone()),
+                        )
                         .await
                     {
-                        Ok(l) => {
-                            tracing::info!(shim = %name, slot = i, "took a rollout slot");
-                            return Ok(l);
-                        }
+                        Ok(l) => return Ok(l),
                         Err(e) if gone(&e) => continue,
-                        Err(e) => return Err(format!("cannot take slot {i} of {name}: {e}")),
+                        Err(e) => return Err(format!("cannot renew slot {i} of {name}: {e}")),
                     }
                 }
-                Claim::Wait => {
-                    crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
-                    self.wait_for(&name, &cands, &rv).await
+                claim @ (Claim::Take(_) | Claim::Wait) => {
+                    if claim == Claim::Wait {
+                        crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
+                    }
+                    let seen = contend::Seen {
+                        n,
+                        candidates: &cands,
+                        leases: &leases,
+                        resource_version: &rv,
+                    };
+                    if let Some(l) = self.contend(shim, seen).await? {
+                        return Ok(l);
+                    }
                 }
             }
         }
     }
 
-    /// Until one of the candidate slots changes (watched by name), or the relist time.
-    async fn wait_for(&self, shim: &str, cands: &[u32], rv: &str) {
-        let secs = self.timings.relist.as_secs().clamp(1, 290) as u32;
-        let mut streams = Vec::new();
-        for i in cands {
-            let wp = WatchParams::default()
-                .fields(&format!(
-                    "metadata.name={}",
-                    super::slots::slot_name(shim, *i)
-                ))
-                .timeout(secs);
-            if let Ok(s) = self.api.watch(&wp, rv).await {
-                streams.push(s.boxed());
-            }
-        }
-        if cands.is_empty() {
-            // No usable slot yet: the coordinator has not created them (a new Shim), or
-            // every one is held by a failed node. Watch this Shim's slots until one appears.
-            let wp = WatchParams::default()
-                .labels(&format!("{SLOT_SHIM_LABEL}={shim}"))
-                .timeout(secs);
-            if let Ok(s) = self.api.watch(&wp, rv).await {
-                streams.push(s.boxed());
-            }
-        }
-        let relist = tokio::time::sleep(self.timings.relist);
-        if streams.is_empty() {
-            relist.await;
-            return;
-        }
-        let mut all = select_all(streams);
-        let mut shutdown = self.shutdown.clone();
-        tokio::select! {
-            _ = all.next() => {}
-            _ = relist => {}
-            _ = async {
-                match shutdown.as_mut() {
-                    Some(s) => { let _ = s.changed().await; }
-                    None => std::future::pending().await,
-                }
-            } => {}
-        }
+    fn shutting_down(&self) -> bool {
+        self.shutdown.as_ref().is_some_and(|s| *s.borrow())
     }
 
     /// Replace `lease` after `edit`, re-reading it on a 409 while this node still holds it.
@@ -341,20 +319,6 @@ impl<'a> SlotGate<'a> {
     }
 }
 
-/// The window claim delays are spread over: wide enough that the nodes waiting on one slot
-/// (the Shim's nodes still to do, from its status, spread over N slots and watched by
-/// `candidates` nodes each) are one `per_rival` apart, so the first claim lands before the
-/// next node tries, at least `claim_delay_max`, at most 30 s.
-pub fn claim_window(shim: &Shim, n: u32, t: GateTimings) -> Duration {
-    let waiting = shim
-        .status
-        .as_ref()
-        .and_then(|s| s.nodes.as_ref())
-        .map_or(0, |c| (c.targeted - c.installed - c.failed).max(0) as u64);
-    let per_slot = waiting * t.candidates as u64 / u64::from(n.max(1));
-    (t.per_rival * per_slot as u32).clamp(t.claim_delay_max, Duration::from_secs(30))
-}
-
 fn rolls_out(shim: &Shim) -> bool {
     !shim
         .spec
@@ -373,11 +337,11 @@ impl Gate for SlotGate<'_> {
             let Some(shim) = self.cluster.iter().find(|s| s.name_any() == *name) else {
                 continue; // not the cluster's (a static Shim being removed)
             };
-            if !rolls_out(shim) || held.iter().any(|(s, _)| s.name_any() == *name) {
+            if !rolls_out(shim) || held.iter().any(|(s, _, _)| s.name_any() == *name) {
                 continue;
             }
             let lease = self.acquire_one(shim).await?;
-            held.push((shim, lease));
+            held.push((shim, lease, Instant::now()));
             self.set_held(held.clone());
         }
         Ok(())
@@ -385,16 +349,20 @@ impl Gate for SlotGate<'_> {
 
     async fn renew(&self) -> Result<(), String> {
         let mut out = Vec::new();
-        for (shim, lease) in self.held() {
+        for (shim, lease, at) in self.held() {
+            if at.elapsed() < self.timings.fresh {
+                out.push((shim, lease, at));
+                continue;
+            }
             let l = self.write_own(lease, |l| self.taken(l)).await?;
-            out.push((shim, l));
+            out.push((shim, l, Instant::now()));
         }
         self.set_held(out);
         Ok(())
     }
 
     async fn release(&self) {
-        for (shim, lease) in self.held() {
+        for (shim, lease, _) in self.held() {
             let shim_gone = !lease
                 .owner_references()
                 .iter()
@@ -428,7 +396,7 @@ impl Gate for SlotGate<'_> {
     }
 
     async fn failed(&self, reason: &str) {
-        for (shim, lease) in self.held() {
+        for (shim, lease, _) in self.held() {
             let f = Failure {
                 generation: shim.metadata.generation.unwrap_or_default(),
                 resume: resume_token(shim),
@@ -497,6 +465,11 @@ mod tests {
         assert_eq!(
             claim_window(&shim_with(5000, 0, 0), 1, t),
             Duration::from_secs(30)
+        );
+        // one slot: every waiting node watches it (not `candidates` times over)
+        assert_eq!(
+            claim_window(&shim_with(100, 0, 0), 1, t),
+            Duration::from_millis(2500)
         );
     }
 }

@@ -1,0 +1,225 @@
+//! Waiting for a free slot and claiming it: the hand-off between the node that releases a
+//! slot and the next one that takes it, which sets the pace of a rollout (a hand-off per
+//! restart per slot).
+//!
+//! The node keeps watching its candidate slots (by name, from the list's resourceVersion) and
+//! keeps their latest versions from the events, so a hand-off costs it no request at all
+//! unless it claims:
+//! - a candidate seen free and open starts a claim timer, the delay drawn from the node's UID
+//!   and the slot's version ([`claim_delay`]) over a window sized by the nodes still waiting
+//!   on it ([`claim_window`]);
+//! - an event showing it taken first cancels the timer; the first node whose timer fires
+//!   claims with a replace guarded by the version it saw, and a 409 means a rival was first
+//!   (the watch brings that version next);
+//! - a candidate deleted, retired or kept by a failed node, N stamped differently from the N the candidates came
+//!   from, a watch that ends, the relist time or a shutdown: back to the list.
+
+use std::collections::BTreeMap;
+use std::pin::pin;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::select_all;
+use kube::ResourceExt;
+use kube::api::{PostParams, WatchEvent, WatchParams};
+use tokio::time::Instant;
+
+use super::{GateTimings, SlotGate, gone};
+use crate::api::Shim;
+use crate::api::lease::ShimLease;
+use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_index, slot_name, slot_of};
+
+/// What one list of a Shim's slots showed.
+pub struct Seen<'s> {
+    /// N: the slots not retired.
+    pub n: u32,
+    /// This node's candidate slots.
+    pub candidates: &'s [u32],
+    /// The slot Leases listed.
+    pub leases: &'s [ShimLease],
+    /// The list's resourceVersion, where the watches start.
+    pub resource_version: &'s str,
+}
+
+/// A candidate slot as this node last saw it.
+struct Watched {
+    lease: ShimLease,
+    /// When its current version arrived (claim timers run from there).
+    since: Instant,
+    /// A claim of this version got a 409: wait for the next one.
+    lost: bool,
+}
+
+/// What the node does with an event of a candidate slot.
+enum Next {
+    Keep,
+    Relist,
+}
+
+impl SlotGate<'_> {
+    /// Until this node took one of its candidate slots (`Some`), or it must list the slots
+    /// again (`None`).
+    pub(super) async fn contend(
+        &self,
+        shim: &Shim,
+        seen: Seen<'_>,
+    ) -> Result<Option<ShimLease>, String> {
+        let name = shim.name_any();
+        let secs = self.timings.relist.as_secs().clamp(1, 290) as u32;
+        let mut streams = Vec::new();
+        let by_name = |i: &u32| {
+            WatchParams::default()
+                .fields(&format!("metadata.name={}", slot_name(&name, *i)))
+                .timeout(secs)
+        };
+        // No usable slot yet (the coordinator has not created them, or every one is held by
+        // a failed node): watch all of this Shim's slots until one appears.
+        let all = [WatchParams::default()
+            .labels(&format!("{SLOT_SHIM_LABEL}={name}"))
+            .timeout(secs)];
+        let params: Vec<WatchParams> = if seen.candidates.is_empty() {
+            all.to_vec()
+        } else {
+            seen.candidates.iter().map(by_name).collect()
+        };
+        for wp in &params {
+            match self.api.watch(wp, seen.resource_version).await {
+                Ok(s) => streams.push(s.boxed()),
+                Err(e) => tracing::debug!(shim = %name, "cannot watch the slots: {e}"),
+            }
+        }
+        let mut relist = pin!(tokio::time::sleep(self.timings.relist));
+        if streams.is_empty() || seen.candidates.is_empty() {
+            let mut events = select_all(streams);
+            tokio::select! {
+                _ = events.next() => {}
+                _ = &mut relist => {}
+                _ = self.shut() => {}
+            }
+            return Ok(None);
+        }
+        let now = Instant::now();
+        let mut view: BTreeMap<u32, Watched> = seen
+            .leases
+            .iter()
+            .filter_map(|l| {
+                let i = slot_of(&name, l)?.index;
+                seen.candidates.contains(&i).then(|| {
+                    let watched = Watched {
+                        lease: l.clone(),
+                        since: now,
+                        lost: false,
+                    };
+                    (i, watched)
+                })
+            })
+            .collect();
+        let mut events = select_all(streams);
+        loop {
+            // The claim this node would make: the first free open candidate, at its time.
+            let target = seen.candidates.iter().find_map(|i| {
+                let w = view.get(i)?;
+                let s = slot_of(&name, &w.lease)?;
+                (s.is_free() && s.is_open() && !w.lost).then(|| {
+                    let window = claim_window(&self.latest(shim), seen.n, self.timings);
+                    let at =
+                        w.since + claim_delay(&self.my_uid, &name, &s.resource_version, window);
+                    (*i, at)
+                })
+            });
+            let timer = async {
+                match target {
+                    Some((_, at)) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ev = events.next() => {
+                    let next = match ev {
+                        Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
+                            self.observe(&name, seen.n, &mut view, l)
+                        }
+                        Some(Ok(WatchEvent::Bookmark(_))) => Next::Keep,
+                        // deleted, an error, or the watch ended
+                        _ => Next::Relist,
+                    };
+                    if let Next::Relist = next {
+                        return Ok(None);
+                    }
+                }
+                _ = timer => {
+                    let Some((i, _)) = target else { continue };
+                    let Some(w) = view.get_mut(&i) else { continue };
+                    let taken = self.taken(w.lease.clone());
+                    match self.api.replace(&taken.name_any(), &PostParams::default(), &taken).await {
+                        Ok(l) => {
+                            tracing::info!(shim = %name, slot = i, "took a rollout slot");
+                            return Ok(Some(l));
+                        }
+                        Err(e) if gone(&e) => w.lost = true,
+                        Err(e) => return Err(format!("cannot take slot {i} of {name}: {e}")),
+                    }
+                }
+                _ = &mut relist => return Ok(None),
+                _ = self.shut() => return Ok(None),
+            }
+        }
+    }
+
+    /// Keep the newer version of a candidate slot, or say the candidates must be chosen anew.
+    fn observe(&self, shim: &str, n: u32, view: &mut BTreeMap<u32, Watched>, l: ShimLease) -> Next {
+        let Some(s) = slot_of(shim, &l) else {
+            return Next::Relist;
+        };
+        let retired = s.closed.as_deref() == Some("retired");
+        let n_changed = s.count.is_some_and(|c| c != n);
+        // held by a failed node: it stays taken until the rollout moves on
+        let failed = !s.is_free() && s.failed.is_some();
+        if retired || n_changed || failed || slot_index(shim, &l.name_any()).is_none() {
+            return Next::Relist;
+        }
+        let w = view.entry(s.index).or_insert_with(|| Watched {
+            lease: l.clone(),
+            since: Instant::now(),
+            lost: false,
+        });
+        w.lease = l;
+        w.since = Instant::now();
+        w.lost = false;
+        Next::Keep
+    }
+
+    /// Resolves once the agent shuts down (never without a shutdown signal).
+    async fn shut(&self) {
+        match self.shutdown.clone() {
+            Some(mut s) => {
+                while !*s.borrow() {
+                    if s.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The window claim delays are spread over: wide enough that the nodes waiting on one slot
+/// are one `per_rival` apart, so the first claim lands about `per_rival` after a release and
+/// before the next node tries; at least `claim_delay_max`, at most 30 s. The nodes waiting:
+/// the Shim's nodes still to do, from its status as this node's watch last saw it (the
+/// coordinator keeps it within seconds), spread over N slots and watched by `candidates`
+/// nodes each (or all N when fewer).
+pub fn claim_window(shim: &Shim, n: u32, t: GateTimings) -> Duration {
+    let n = u64::from(n.max(1));
+    let waiting = shim
+        .status
+        .as_ref()
+        .and_then(|s| s.nodes.as_ref())
+        .map_or(0, |c| (c.targeted - c.installed - c.failed).max(0) as u64);
+    let watchers = (t.candidates as u64).clamp(1, n);
+    let per_slot = waiting.saturating_mul(watchers) / n;
+    let per_slot = u32::try_from(per_slot).unwrap_or(u32::MAX);
+    (t.per_rival.checked_mul(per_slot).unwrap_or(Duration::MAX))
+        .clamp(t.claim_delay_max, Duration::from_secs(30))
+}
