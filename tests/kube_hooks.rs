@@ -22,7 +22,7 @@ use support::kube::{KubeEnv, SERIAL, eventually, kube_env};
 async fn the_crd_is_validated_by_the_api_server_and_nodes_may_only_read_extensions() {
     let _serial = SERIAL.lock().await;
     let Some(env) = kube_env() else { return };
-    let good = "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {name: crd-good}\nspec:\n  clientConfig: {service: {namespace: ns, name: svc, port: 8443, path: /hook}, caBundle: x}\n  hooks: [{name: BeforeNodeRestart, timeoutSeconds: 30, failurePolicy: Ignore}, {name: AfterNodeChange}, {name: BeforeRollout}]\n";
+    let good = "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {name: crd-good}\nspec:\n  clientConfig: {service: {namespace: ns, name: svc, port: 8443, path: /hook}, caBundle: Y2EtYnVuZGxl}\n  hooks: [{name: BeforeNodeRestart, timeoutSeconds: 30, failurePolicy: Ignore}, {name: AfterNodeChange}, {name: BeforeRollout}]\n";
     let (ok, out) = env.apply(good);
     assert!(ok, "{out}");
     // schema errors first (the server checks CEL rules only on an object the schema takes)
@@ -45,6 +45,9 @@ async fn the_crd_is_validated_by_the_api_server_and_nodes_may_only_read_extensio
     }
     let (ok, out) = env.apply(&good.replace("BeforeRollout", "OnTuesday"));
     assert!(!ok && out.contains("OnTuesday"), "{out}");
+    // caBundle is bytes (base64), as in Kubernetes' admission webhooks: PEM text is refused
+    let (ok, out) = env.apply(&good.replace("Y2EtYnVuZGxl", "\"-----BEGIN CERTIFICATE-----\""));
+    assert!(!ok && out.contains("caBundle"), "{out}");
     // a kubelet identity reads extensions and resolves Services, and writes none of it
     let kc = env.node_identity("hooks-crd-node");
     for (verb, res, allowed) in [

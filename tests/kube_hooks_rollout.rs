@@ -197,7 +197,7 @@ async fn a_service_reference_resolves_through_the_api_to_its_endpoint_slice() {
     );
     let (ok, out) = env.apply(&yaml);
     assert!(ok, "{out}");
-    let ca = serde_json::to_string(&server.ca_pem).unwrap();
+    let ca = server.ca_bundle();
     let ext = format!(
         "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {{name: {run}}}\nspec:\n  clientConfig: {{service: {{namespace: shim-hooks-test, name: hooks, port: 443, path: /hook}}, caBundle: {ca}}}\n  hooks: [{{name: BeforeNodeRestart}}]\n  shimSelector: {{matchLabels: {{fleet: {run}}}}}\n"
     );

@@ -5,6 +5,7 @@
 //! `maxLength` and every list a `maxItems`, so the CEL rules stay within the API server's cost
 //! budget. The wire protocol of the calls is in `crate::hooks::wire`.
 
+use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -62,11 +63,12 @@ pub struct ClientConfig {
     /// A Service, resolved through the API (its EndpointSlices), not cluster DNS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceRef>,
-    /// PEM-encoded CA certificates the extension's serving certificate must chain to. Absent:
-    /// the system's roots (see the agent's `fetch.ca-file`).
+    /// PEM-encoded CA certificates the extension's serving certificate must chain to, as
+    /// bytes: base64 in YAML and JSON, like `caBundle` of Kubernetes' admission webhooks.
+    /// Absent: the system's roots (see the agent's `fetch.ca-file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 65536))]
-    pub ca_bundle: Option<String>,
+    #[schemars(with = "Option<String>", length(max = 87384), extend("format" = "byte"))]
+    pub ca_bundle: Option<ByteString>,
 }
 
 /// A Service in the cluster; the certificate must name `<name>.<namespace>.svc`.

@@ -191,7 +191,7 @@ impl Hooks {
             .connect_timeout(limit)
             .user_agent(concat!("shim-agent/", env!("CARGO_PKG_VERSION")));
         if let Some(pem) = &cc.ca_bundle {
-            let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+            let certs = reqwest::Certificate::from_pem_bundle(&pem.0)
                 .map_err(|e| format!("caBundle: {}", chain(&e)))?;
             if certs.is_empty() {
                 return Err("caBundle holds no PEM certificate".into());

@@ -34,7 +34,7 @@ pub fn extension<'e>(
     server: &HookServer,
     hooks: &str,
 ) -> Extension<'e> {
-    let ca = serde_json::to_string(&server.ca_pem).unwrap();
+    let ca = server.ca_bundle();
     let yaml = format!(
         "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {{name: {run}}}\nspec:\n  clientConfig: {{url: \"{}\", caBundle: {ca}}}\n  hooks: {hooks}\n  shimSelector: {{matchLabels: {{fleet: {run}}}}}\n",
         server.url()
