@@ -14,7 +14,7 @@ use shim_agent::api::lease::ShimLease;
 use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 use support::fleet::{FleetConfig, run_fleet};
-use support::hooks_kube::{ANC, BNR, events, extension, node, script};
+use support::hooks_kube::{ANC, BNR, events, extension, hook_status, node, script};
 use support::hookserver::{HookServer, answer, defer, failure, success};
 use support::kube::{KubeEnv, SERIAL, eventually, kube_env};
 
@@ -57,23 +57,27 @@ async fn the_crd_is_validated_by_the_api_server_and_nodes_may_only_read_extensio
         ("list", "endpointslices.discovery.k8s.io", true),
         ("create", "shimextensions.containerd.x-k8s.io", false),
         ("patch", "shimextensions.containerd.x-k8s.io", false),
+        ("update", "shimextensions.containerd.x-k8s.io", false),
         ("delete", "shimextensions.containerd.x-k8s.io", false),
     ] {
         let (_, out) = env.kubectl_as(&kc, &["auth", "can-i", verb, res, "-A"]);
         let yes = out.trim_start().starts_with("yes");
         assert_eq!(yes, allowed, "{verb} {res}: {out}");
     }
-    let (_, out) = env.kubectl_as(
-        &kc,
-        &[
-            "auth",
-            "can-i",
-            "patch",
-            "shimextensions.containerd.x-k8s.io",
-            "--subresource=status",
-        ],
-    );
-    assert!(out.trim_start().starts_with("no"), "status: {out}");
+    // ...except each call's result in the status (status.hooks), which the caller writes
+    for verb in ["patch", "update"] {
+        let (_, out) = env.kubectl_as(
+            &kc,
+            &[
+                "auth",
+                "can-i",
+                verb,
+                "shimextensions.containerd.x-k8s.io",
+                "--subresource=status",
+            ],
+        );
+        assert!(out.trim_start().starts_with("yes"), "{verb} status: {out}");
+    }
     let _ = env.kubectl(&["delete", "shimextension", "crd-good"]);
 }
 
@@ -192,6 +196,18 @@ async fn a_failure_fails_the_node_and_failures_past_max_failures_halt_the_rollou
             .any(|m| m.contains("maintenance window closed")),
         "{notes:?}"
     );
+    // the caller recorded the last call's result in the extension's status
+    let r = hook_status(env, run, "BeforeNodeRestart", 10).await;
+    assert_eq!(r.result, "Failure", "{r:?}");
+    assert!(
+        r.message
+            .as_deref()
+            .is_some_and(|m| m.contains("maintenance window closed")),
+        "{r:?}"
+    );
+    assert!(r.node.as_ref().is_some_and(|n| asked.contains(n)), "{r:?}");
+    assert_eq!(r.shims, [run], "{r:?}");
+    assert!(r.time.is_some() && r.generation.is_none(), "{r:?}");
 }
 
 /// A fleet of 3 whose node 0's call times out (1 s) under `policy`; the others are deferred
@@ -290,6 +306,11 @@ async fn after_node_change_sees_every_commit_and_every_rollback() {
         rb["message"].as_str().is_some_and(|m| !m.is_empty()),
         "{rb}"
     );
+    // the notification's result is in the extension's status, with the node that sent it
+    let r = hook_status(env, run, "AfterNodeChange", 10).await;
+    assert_eq!(r.result, "Success", "{r:?}");
+    let nodes: Vec<String> = (0..4).map(|i| node(run, i)).collect();
+    assert!(r.node.as_ref().is_some_and(|n| nodes.contains(n)), "{r:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

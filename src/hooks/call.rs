@@ -14,7 +14,8 @@ use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
-use super::decide::Outcome;
+use super::decide::{Outcome, Verdict};
+use super::record::{StatusRecorder, entry};
 use super::wire::{MAX_BODY, Request, clip, parse_response};
 use crate::api::Shim;
 use crate::api::extension::{ClientConfig, HookName, HookSpec, ServiceRef, ShimExtension};
@@ -31,6 +32,8 @@ pub struct Hooks {
     http: Mutex<HashMap<String, reqwest::Client>>,
     /// The API server said the ShimExtension kind does not exist (its CRD is not applied).
     crd_missing: std::sync::atomic::AtomicBool,
+    /// Writes `status.hooks` beside the calls.
+    status: std::sync::Arc<StatusRecorder>,
 }
 
 /// One extension that serves one hook.
@@ -49,6 +52,7 @@ impl Target {
 impl Hooks {
     pub fn new(kube: Client, store: Store<ShimExtension>) -> Hooks {
         Hooks {
+            status: std::sync::Arc::new(StatusRecorder::new(kube.clone(), store.clone())),
             kube,
             store,
             http: Mutex::new(HashMap::new()),
@@ -125,6 +129,20 @@ impl Hooks {
         }
         out.sort_by_key(Target::name);
         out
+    }
+
+    /// Record the result `v` of a call of `t` about `req` as its hook's last result in the
+    /// extension's `status.hooks`: beside the call, best effort ([`super::record`]).
+    pub fn record(&self, t: &Target, req: &Request, v: &Verdict) {
+        let shims: Vec<String> = req.shims.iter().map(|c| c.name.clone()).collect();
+        let e = entry(
+            t.spec.name,
+            v,
+            req.node.as_deref(),
+            &shims,
+            req.generation,
+        );
+        self.status.record(&t.name(), e);
     }
 
     /// Call `t` with `req`, bounded by its timeout: the outcome and how long it took.

@@ -7,6 +7,7 @@ use std::time::Instant;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
+use shim_agent::api::extension::{HookResult, ShimExtension};
 
 use super::hookserver::{Call, HookServer, Reply, Script};
 use super::kube::KubeEnv;
@@ -45,6 +46,19 @@ pub fn extension<'e>(
         env,
         name: run.into(),
     }
+}
+
+/// `status.hooks` of extension `name`: its entry for `hook`, once it is there (`secs` at most).
+pub async fn hook_status(env: &KubeEnv, name: &str, hook: &str, secs: u64) -> HookResult {
+    let api: Api<ShimExtension> = Api::all(env.admin_client().await);
+    super::kube::eventually(secs, &format!("{hook} in status.hooks of {name}"), || async {
+        let ext = api.get(name).await.ok()?;
+        ext.status?
+            .hooks
+            .into_iter()
+            .find(|h| h.name.as_str() == hook)
+    })
+    .await
 }
 
 pub fn script(f: impl Fn(&Call, usize) -> Reply + Send + Sync + 'static) -> Script {
