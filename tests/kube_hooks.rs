@@ -14,7 +14,7 @@ use shim_agent::api::lease::ShimLease;
 use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 use support::fleet::{FleetConfig, run_fleet};
-use support::hooks_kube::{ANC, BNR, events, extension, hook_status, node, script};
+use support::hooks_kube::{ANC, BNR, events, extension, hook_status, metric, node, script};
 use support::hookserver::{HookServer, answer, defer, failure, success};
 use support::kube::{KubeEnv, SERIAL, eventually, kube_env};
 
@@ -102,6 +102,19 @@ async fn a_deferral_delays_only_that_node_and_one_past_the_maximum_gives_the_slo
         &server,
         "[{name: BeforeNodeRestart}, {name: AfterNodeChange}]",
     );
+    // the hook metrics as the metrics endpoint serves them, before the run (the registry is
+    // the process's: earlier tests' calls are in it)
+    const CALLS: &str = "shim_agent_hook_calls_total";
+    let series = |hook: &str, result: &str| format!("{CALLS}{{hook=\"{hook}\",result=\"{result}\"}}");
+    let latency = |hook: &str| format!("shim_agent_hook_duration_seconds_count{{hook=\"{hook}\"}}");
+    let watched = [
+        series("BeforeNodeRestart", "Deferred"),
+        series("BeforeNodeRestart", "Success"),
+        series("AfterNodeChange", "Success"),
+        latency("BeforeNodeRestart"),
+        latency("AfterNodeChange"),
+    ];
+    let before: Vec<f64> = watched.iter().map(|s| metric(s)).collect();
     let mut cfg = FleetConfig::new(run, 4, "2", Duration::from_millis(200));
     cfg.max_deferral = Duration::from_secs(3);
     cfg.deadline = Duration::from_secs(90);
@@ -163,6 +176,15 @@ async fn a_deferral_delays_only_that_node_and_one_past_the_maximum_gives_the_slo
                     .any(|c| c.body["result"] == "Committed")
             })
             .then_some(())
+    })
+    .await;
+    // the metrics count exactly these calls: BeforeNodeRestart 3 deferred (node 0 twice,
+    // node 1 once) and 4 successes, one AfterNodeChange success per node; a latency each
+    let want = [3.0, 4.0, 4.0, 7.0, 4.0];
+    eventually(10, "the hook metrics of every call", || async {
+        let now: Vec<f64> = watched.iter().map(|s| metric(s)).collect();
+        let delta: Vec<f64> = now.iter().zip(&before).map(|(a, b)| a - b).collect();
+        (delta == want).then_some(())
     })
     .await;
 }

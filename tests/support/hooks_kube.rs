@@ -48,6 +48,17 @@ pub fn extension<'e>(
     }
 }
 
+/// A sample of the agent's metrics as its metrics endpoint serves them (the telemetry registry,
+/// encoded in the Prometheus text format): the value of the line starting with `series`
+/// (`name{labels}`), 0 when there is none yet.
+pub fn metric(series: &str) -> f64 {
+    shim_agent::telemetry::metrics()
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// `status.hooks` of extension `name`: its entry for `hook`, once it is there (`secs` at most).
 pub async fn hook_status(env: &KubeEnv, name: &str, hook: &str, secs: u64) -> HookResult {
     let api: Api<ShimExtension> = Api::all(env.admin_client().await);
