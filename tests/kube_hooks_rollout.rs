@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::Api;
 use support::fleet::{FleetConfig, run_fleet};
-use support::hooks_kube::{ANC, BNR, Extension, extension, node, script};
+use support::hooks_kube::{ANC, BNR, Extension, extension, hook_status, node, script};
 use support::hookserver::{Call, HookServer, defer, failure, success};
 use support::kube::{SERIAL, eventually, kube_env};
 
@@ -131,6 +131,17 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
             "a node changed before BeforeRollout said Success"
         )
     });
+    // the coordinator recorded the last answer in the extension's status
+    let r = hook_status(env, run, "BeforeRollout", 10).await;
+    assert_eq!(
+        (r.result.as_str(), r.generation, r.node.as_deref()),
+        ("Success", Some(1), None),
+        "{r:?}"
+    );
+    assert_eq!(r.shims, [run]);
+    // and the approval in the Shim's status, for a coordinator that takes over
+    let approved = shims.get(run).await.unwrap().status.and_then(|s| s.approved_generation);
+    assert_eq!(approved, Some(1));
 
     // a Failure halts it with the extension's message
     let run = "hooks-rollout-no";
@@ -171,6 +182,14 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
     assert_eq!(r.restarts, 0);
     let m = message.borrow().clone().unwrap_or_default();
     assert!(m.contains("change freeze until Monday"), "{m}");
+    let r = hook_status(env, run, "BeforeRollout", 10).await;
+    assert_eq!(r.result, "Failure", "{r:?}");
+    assert!(
+        r.message
+            .as_deref()
+            .is_some_and(|m| m.contains("change freeze until Monday")),
+        "{r:?}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -60,6 +60,12 @@ impl Hooks {
         }
     }
 
+    /// Whether the extensions are known without waiting: the cache synced, or the API server
+    /// said the ShimExtension kind does not exist.
+    pub fn known(&self) -> bool {
+        self.crd_missing.load(std::sync::atomic::Ordering::Relaxed) || self.synced()
+    }
+
     /// Wait (at most [`CACHE_WAIT`]) for the first list of extensions.
     ///
     /// Without the ShimExtension CRD (an agent upgraded before the cluster's manifests) there
@@ -97,6 +103,15 @@ impl Hooks {
                 wait.as_secs()
             )),
         }
+    }
+
+    /// The cache has its first list.
+    fn synced(&self) -> bool {
+        use futures_util::FutureExt;
+        self.store
+            .wait_until_ready()
+            .now_or_never()
+            .is_some_and(|r| r.is_ok())
     }
 
     /// The extensions serving `hook` whose `shimSelector` selects one of `shims` (a Shim not
