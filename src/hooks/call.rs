@@ -69,18 +69,18 @@ impl Hooks {
     /// Wait (at most [`CACHE_WAIT`]) for the first list of extensions.
     ///
     /// Without the ShimExtension CRD (an agent upgraded before the cluster's manifests) there
-    /// can be no extension: that is "no extensions", said once, not a refusal. Only the API
-    /// server's own answer decides it (a 404 for the kind); an unreachable or forbidden list
-    /// still refuses, since an extension might be there to stop the restart. Once the CRD is
-    /// applied, the watch lists it and the cache is used again.
+    /// can be no extension: that is "no extensions", said once, not a refusal, and not a
+    /// wait. Only the API server's own answer decides it (a 404 for the kind); an unreachable
+    /// or forbidden list still refuses once the wait is over, since an extension might be
+    /// there to stop the restart. Once the CRD is applied, the watch lists it and the cache
+    /// is used again.
+    ///
+    /// A synced cache answers at once with no request. Before it synced (the agent's start,
+    /// or no CRD) one list of at most one extension decides: the kind is missing or there is
+    /// none, so nothing waits for the cache; otherwise the cache is waited for.
     pub async fn ready(&self) -> Result<(), String> {
         use std::sync::atomic::Ordering;
-        let wait = if self.crd_missing.load(Ordering::Relaxed) {
-            Duration::ZERO
-        } else {
-            CACHE_WAIT
-        };
-        if let Ok(Ok(())) = tokio::time::timeout(wait, self.store.wait_until_ready()).await {
+        if self.synced() {
             self.crd_missing.store(false, Ordering::Relaxed);
             return Ok(());
         }
@@ -94,13 +94,20 @@ impl Hooks {
                         "the ShimExtension CRD is not applied: no lifecycle hooks are called (apply `shim-agent manifests`)"
                     );
                 }
-                Ok(())
+                return Ok(());
             }
             // the list works and there is none (the watch is only slow to start)
-            Ok(list) if list.items.is_empty() => Ok(()),
+            Ok(list) if list.items.is_empty() => return Ok(()),
+            _ => {}
+        }
+        match tokio::time::timeout(CACHE_WAIT, self.store.wait_until_ready()).await {
+            Ok(Ok(())) => {
+                self.crd_missing.store(false, Ordering::Relaxed);
+                Ok(())
+            }
             _ => Err(format!(
                 "the ShimExtensions could not be listed within {} s (is the API server reachable, and may this node list them?)",
-                wait.as_secs()
+                CACHE_WAIT.as_secs()
             )),
         }
     }
