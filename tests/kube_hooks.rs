@@ -19,7 +19,8 @@ use support::hookserver::{HookServer, answer, defer, failure, success};
 use support::kube::{KubeEnv, SERIAL, eventually, kube_env};
 
 #[tokio::test(flavor = "current_thread")]
-async fn the_crd_is_validated_by_the_api_server_and_nodes_may_only_read_extensions() {
+async fn the_crd_is_validated_by_the_api_server_and_nodes_read_extensions_and_write_only_their_status()
+ {
     let _serial = SERIAL.lock().await;
     let Some(env) = kube_env() else { return };
     let good = "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {name: crd-good}\nspec:\n  clientConfig: {service: {namespace: ns, name: svc, port: 8443, path: /hook}, caBundle: Y2EtYnVuZGxl}\n  hooks: [{name: BeforeNodeRestart, timeoutSeconds: 30, failurePolicy: Ignore}, {name: AfterNodeChange}, {name: BeforeRollout}]\n";
@@ -105,7 +106,8 @@ async fn a_deferral_delays_only_that_node_and_one_past_the_maximum_gives_the_slo
     // the hook metrics as the metrics endpoint serves them, before the run (the registry is
     // the process's: earlier tests' calls are in it)
     const CALLS: &str = "shim_agent_hook_calls_total";
-    let series = |hook: &str, result: &str| format!("{CALLS}{{hook=\"{hook}\",result=\"{result}\"}}");
+    let series =
+        |hook: &str, result: &str| format!("{CALLS}{{hook=\"{hook}\",result=\"{result}\"}}");
     let latency = |hook: &str| format!("shim_agent_hook_duration_seconds_count{{hook=\"{hook}\"}}");
     let watched = [
         series("BeforeNodeRestart", "Deferred"),
