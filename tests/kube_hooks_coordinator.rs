@@ -30,7 +30,11 @@ fn labelled_shim(w: &World, name: &str, selector: &str) -> String {
 }
 
 fn before_rollout_calls(server: &HookServer) -> Vec<Call> {
-    server.calls().into_iter().filter(|c| c.kind == BR).collect()
+    server
+        .calls()
+        .into_iter()
+        .filter(|c| c.kind == BR)
+        .collect()
 }
 
 async fn coordinator_holder(env: &KubeEnv) -> Option<String> {
@@ -45,7 +49,11 @@ async fn coordinator_holder(env: &KubeEnv) -> Option<String> {
 
 /// Run a coordinator as `identity` until `kill` fires (its future dropped: no release, as a
 /// crash).
-async fn coordinator_until(env: &KubeEnv, identity: &str, kill: tokio::sync::oneshot::Receiver<()>) {
+async fn coordinator_until(
+    env: &KubeEnv,
+    identity: &str,
+    kill: tokio::sync::oneshot::Receiver<()>,
+) {
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let client = env.admin_client().await;
     tokio::select! {
@@ -78,10 +86,14 @@ async fn an_approval_outlives_a_coordinator_failover_and_a_new_generation_is_ask
             (coordinator_holder(env).await.as_deref() == Some("hooks-co-a")).then_some(())
         })
         .await;
-        eventually(20, "the approval of generation 1 in the Shim's status", || async {
-            let s = shims.get(run).await.ok()?;
-            (s.status?.approved_generation == Some(1)).then_some(())
-        })
+        eventually(
+            20,
+            "the approval of generation 1 in the Shim's status",
+            || async {
+                let s = shims.get(run).await.ok()?;
+                (s.status?.approved_generation == Some(1)).then_some(())
+            },
+        )
         .await;
         assert_eq!(before_rollout_calls(&server).len(), 1);
         // a dies; b takes over

@@ -105,8 +105,12 @@ async fn without_the_extension_crd_a_restart_goes_through_at_once() {
         assert!(ok, "{out}");
         eventually(25, "the Shim installed and the Node labelled", || async {
             let n = nodes.get(name).await.ok()?;
-            (n.metadata.labels?.get(&node_label("nocrd")).map(String::as_str) == Some("true"))
-                .then_some(())
+            (n.metadata
+                .labels?
+                .get(&node_label("nocrd"))
+                .map(String::as_str)
+                == Some("true"))
+            .then_some(())
         })
         .await;
         let took = applied.elapsed();

@@ -157,13 +157,7 @@ impl Hooks {
     /// extension's `status.hooks`: beside the call, best effort ([`super::record`]).
     pub fn record(&self, t: &Target, req: &Request, v: &Verdict) {
         let shims: Vec<String> = req.shims.iter().map(|c| c.name.clone()).collect();
-        let e = entry(
-            t.spec.name,
-            v,
-            req.node.as_deref(),
-            &shims,
-            req.generation,
-        );
+        let e = entry(t.spec.name, v, req.node.as_deref(), &shims, req.generation);
         self.status.record(&t.name(), e);
     }
 

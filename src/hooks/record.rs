@@ -69,7 +69,13 @@ pub fn entry(
 
 /// `a` and `b` say the same, whatever their times.
 pub fn same_but_time(a: &HookResult, b: &HookResult) -> bool {
-    HookResult { time: None, ..a.clone() } == HookResult { time: None, ..b.clone() }
+    HookResult {
+        time: None,
+        ..a.clone()
+    } == HookResult {
+        time: None,
+        ..b.clone()
+    }
 }
 
 /// `status` with `entry` as its hook's last result (one entry per hook, in hook order).
@@ -198,7 +204,11 @@ mod tests {
     #[test]
     fn an_entry_replaces_only_its_hooks_result_in_hook_order() {
         let a = e(HookName::AfterNodeChange, Verdict::Proceed, "n1");
-        let b = e(HookName::BeforeNodeRestart, Verdict::Fail("no".into()), "n1");
+        let b = e(
+            HookName::BeforeNodeRestart,
+            Verdict::Fail("no".into()),
+            "n1",
+        );
         let s = merged(None, a.clone());
         let s = merged(Some(&s), b.clone());
         assert_eq!(s.hooks, vec![b, a.clone()]);
@@ -223,7 +233,13 @@ mod tests {
         );
         assert!(long.message.unwrap().len() <= MAX_MESSAGE);
         let many: Vec<String> = (0..40).map(|i| format!("s{i}")).collect();
-        let m = entry(HookName::BeforeRollout, &Verdict::Proceed, None, &many, Some(3));
+        let m = entry(
+            HookName::BeforeRollout,
+            &Verdict::Proceed,
+            None,
+            &many,
+            Some(3),
+        );
         assert_eq!(m.shims.len(), MAX_RESULT_SHIMS);
         assert_eq!(m.node, None);
     }
@@ -242,9 +258,19 @@ mod tests {
         let shown = merged(None, first.clone());
         let again = defer();
         let recent = (first.clone(), now);
-        assert!(skip(Some(&shown), &again, Some(&recent), now + Duration::from_secs(3)));
+        assert!(skip(
+            Some(&shown),
+            &again,
+            Some(&recent),
+            now + Duration::from_secs(3)
+        ));
         // 10 s on: written again, with its new time
-        assert!(!skip(Some(&shown), &again, Some(&recent), now + Duration::from_secs(10)));
+        assert!(!skip(
+            Some(&shown),
+            &again,
+            Some(&recent),
+            now + Duration::from_secs(10)
+        ));
         // another result, node or message: written at once
         let ok = e(HookName::BeforeNodeRestart, Verdict::Proceed, "n1");
         assert!(!skip(Some(&shown), &ok, Some(&recent), now));

@@ -109,7 +109,9 @@ impl RolloutHooks {
         let known = self.entry(&name).filter(|e| e.generation == generation);
         match known.map(|e| e.hold) {
             Some(h @ (Hold::Go | Hold::Refused(_))) => return h,
-            Some(h @ (Hold::Deferred(..) | Hold::Asking(_))) if h.due().is_some_and(|d| d > now) => {
+            Some(h @ (Hold::Deferred(..) | Hold::Asking(_)))
+                if h.due().is_some_and(|d| d > now) =>
+            {
                 return h;
             }
             _ => {}
@@ -124,7 +126,11 @@ impl RolloutHooks {
         if self.hooks.known()
             && self
                 .hooks
-                .targets(HookName::BeforeRollout, std::slice::from_ref(&name), std::slice::from_ref(shim))
+                .targets(
+                    HookName::BeforeRollout,
+                    std::slice::from_ref(&name),
+                    std::slice::from_ref(shim),
+                )
                 .is_empty()
         {
             self.set(&name, generation, Hold::Go, false);
@@ -457,7 +463,13 @@ mod tests {
             &now,
         );
         assert_eq!(later.approved_generation, Some(4));
-        let next = with_hold(ShimStatus::default(), &Hold::Go, Some(5), Some(&later), &now);
+        let next = with_hold(
+            ShimStatus::default(),
+            &Hold::Go,
+            Some(5),
+            Some(&later),
+            &now,
+        );
         assert_eq!(next.approved_generation, Some(5));
     }
 }

@@ -62,13 +62,17 @@ pub fn metric(series: &str) -> f64 {
 /// `status.hooks` of extension `name`: its entry for `hook`, once it is there (`secs` at most).
 pub async fn hook_status(env: &KubeEnv, name: &str, hook: &str, secs: u64) -> HookResult {
     let api: Api<ShimExtension> = Api::all(env.admin_client().await);
-    super::kube::eventually(secs, &format!("{hook} in status.hooks of {name}"), || async {
-        let ext = api.get(name).await.ok()?;
-        ext.status?
-            .hooks
-            .into_iter()
-            .find(|h| h.name.as_str() == hook)
-    })
+    super::kube::eventually(
+        secs,
+        &format!("{hook} in status.hooks of {name}"),
+        || async {
+            let ext = api.get(name).await.ok()?;
+            ext.status?
+                .hooks
+                .into_iter()
+                .find(|h| h.name.as_str() == hook)
+        },
+    )
     .await
 }
 

@@ -77,7 +77,6 @@ struct RoundView<'r> {
     held: &'r BTreeSet<String>,
 }
 
-
 /// One agent session against one client.
 pub struct Agent<'n, 'a, R, H> {
     pub node: &'n Node<'a, R, H>,
@@ -358,5 +357,4 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             }
         });
     }
-
 }

@@ -121,7 +121,10 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         self.node_sync_due = Some(Instant::now() + Duration::from_secs(secs));
     }
 
-    pub(super) async fn patch_node(&self, patch: serde_json::Value) -> Result<KubeNode, kube::Error> {
+    pub(super) async fn patch_node(
+        &self,
+        patch: serde_json::Value,
+    ) -> Result<KubeNode, kube::Error> {
         Api::<KubeNode>::all(self.client.clone())
             .patch(
                 &self.node_name,
