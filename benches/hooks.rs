@@ -39,7 +39,7 @@ fn apply_extension(
     server: &HookServer,
     hooks: &str,
 ) {
-    let ca = serde_json::to_string(&server.ca_pem).unwrap();
+    let ca = server.ca_bundle();
     let yaml = format!(
         "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {{name: {name}}}\nspec:\n  clientConfig: {{url: \"{}\", caBundle: {ca}}}\n  hooks: {hooks}\n  shimSelector: {{matchLabels: {{fleet: {label}}}}}\n",
         server.url()

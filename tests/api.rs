@@ -78,8 +78,9 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
     // leases only through the namespaced Role
     assert!(!serde_yaml::to_string(&docs[5]).unwrap().contains("leases"));
     assert_eq!(docs[7]["metadata"]["namespace"], "shim-agent-system");
-    // extensions are read, never written, by agents; a `service` reference is resolved
-    // with a get of the Service and a list of its EndpointSlices, nothing else there
+    // extensions are read by agents, and only their status written (each call's result); a
+    // `service` reference is resolved with a get of the Service and a list of its
+    // EndpointSlices, nothing else there
     let verbs = |res: &str| {
         rules
             .iter()
@@ -98,7 +99,10 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
         verbs("endpointslices"),
         Some(serde_yaml::to_value(["list"]).unwrap())
     );
-    assert!(!text.contains("shimextensions/status"));
+    assert_eq!(
+        verbs("shimextensions/status"),
+        Some(serde_yaml::to_value(["patch", "update"]).unwrap())
+    );
 }
 
 const GOOD: &str = r#"

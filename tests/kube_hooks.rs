@@ -14,15 +14,16 @@ use shim_agent::api::lease::ShimLease;
 use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 use support::fleet::{FleetConfig, run_fleet};
-use support::hooks_kube::{ANC, BNR, events, extension, node, script};
+use support::hooks_kube::{ANC, BNR, events, extension, hook_status, metric, node, script};
 use support::hookserver::{HookServer, answer, defer, failure, success};
 use support::kube::{KubeEnv, SERIAL, eventually, kube_env};
 
 #[tokio::test(flavor = "current_thread")]
-async fn the_crd_is_validated_by_the_api_server_and_nodes_may_only_read_extensions() {
+async fn the_crd_is_validated_by_the_api_server_and_nodes_read_extensions_and_write_only_their_status()
+ {
     let _serial = SERIAL.lock().await;
     let Some(env) = kube_env() else { return };
-    let good = "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {name: crd-good}\nspec:\n  clientConfig: {service: {namespace: ns, name: svc, port: 8443, path: /hook}, caBundle: x}\n  hooks: [{name: BeforeNodeRestart, timeoutSeconds: 30, failurePolicy: Ignore}, {name: AfterNodeChange}, {name: BeforeRollout}]\n";
+    let good = "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {name: crd-good}\nspec:\n  clientConfig: {service: {namespace: ns, name: svc, port: 8443, path: /hook}, caBundle: Y2EtYnVuZGxl}\n  hooks: [{name: BeforeNodeRestart, timeoutSeconds: 30, failurePolicy: Ignore}, {name: AfterNodeChange}, {name: BeforeRollout}]\n";
     let (ok, out) = env.apply(good);
     assert!(ok, "{out}");
     // schema errors first (the server checks CEL rules only on an object the schema takes)
@@ -45,6 +46,9 @@ async fn the_crd_is_validated_by_the_api_server_and_nodes_may_only_read_extensio
     }
     let (ok, out) = env.apply(&good.replace("BeforeRollout", "OnTuesday"));
     assert!(!ok && out.contains("OnTuesday"), "{out}");
+    // caBundle is bytes (base64), as in Kubernetes' admission webhooks: PEM text is refused
+    let (ok, out) = env.apply(&good.replace("Y2EtYnVuZGxl", "\"-----BEGIN CERTIFICATE-----\""));
+    assert!(!ok && out.contains("caBundle"), "{out}");
     // a kubelet identity reads extensions and resolves Services, and writes none of it
     let kc = env.node_identity("hooks-crd-node");
     for (verb, res, allowed) in [
@@ -54,23 +58,27 @@ async fn the_crd_is_validated_by_the_api_server_and_nodes_may_only_read_extensio
         ("list", "endpointslices.discovery.k8s.io", true),
         ("create", "shimextensions.containerd.x-k8s.io", false),
         ("patch", "shimextensions.containerd.x-k8s.io", false),
+        ("update", "shimextensions.containerd.x-k8s.io", false),
         ("delete", "shimextensions.containerd.x-k8s.io", false),
     ] {
         let (_, out) = env.kubectl_as(&kc, &["auth", "can-i", verb, res, "-A"]);
         let yes = out.trim_start().starts_with("yes");
         assert_eq!(yes, allowed, "{verb} {res}: {out}");
     }
-    let (_, out) = env.kubectl_as(
-        &kc,
-        &[
-            "auth",
-            "can-i",
-            "patch",
-            "shimextensions.containerd.x-k8s.io",
-            "--subresource=status",
-        ],
-    );
-    assert!(out.trim_start().starts_with("no"), "status: {out}");
+    // ...except each call's result in the status (status.hooks), which the caller writes
+    for verb in ["patch", "update"] {
+        let (_, out) = env.kubectl_as(
+            &kc,
+            &[
+                "auth",
+                "can-i",
+                verb,
+                "shimextensions.containerd.x-k8s.io",
+                "--subresource=status",
+            ],
+        );
+        assert!(out.trim_start().starts_with("yes"), "{verb} status: {out}");
+    }
     let _ = env.kubectl(&["delete", "shimextension", "crd-good"]);
 }
 
@@ -95,6 +103,20 @@ async fn a_deferral_delays_only_that_node_and_one_past_the_maximum_gives_the_slo
         &server,
         "[{name: BeforeNodeRestart}, {name: AfterNodeChange}]",
     );
+    // the hook metrics as the metrics endpoint serves them, before the run (the registry is
+    // the process's: earlier tests' calls are in it)
+    const CALLS: &str = "shim_agent_hook_calls_total";
+    let series =
+        |hook: &str, result: &str| format!("{CALLS}{{hook=\"{hook}\",result=\"{result}\"}}");
+    let latency = |hook: &str| format!("shim_agent_hook_duration_seconds_count{{hook=\"{hook}\"}}");
+    let watched = [
+        series("BeforeNodeRestart", "Deferred"),
+        series("BeforeNodeRestart", "Success"),
+        series("AfterNodeChange", "Success"),
+        latency("BeforeNodeRestart"),
+        latency("AfterNodeChange"),
+    ];
+    let before: Vec<f64> = watched.iter().map(|s| metric(s)).collect();
     let mut cfg = FleetConfig::new(run, 4, "2", Duration::from_millis(200));
     cfg.max_deferral = Duration::from_secs(3);
     cfg.deadline = Duration::from_secs(90);
@@ -158,6 +180,15 @@ async fn a_deferral_delays_only_that_node_and_one_past_the_maximum_gives_the_slo
             .then_some(())
     })
     .await;
+    // the metrics count exactly these calls: BeforeNodeRestart 3 deferred (node 0 twice,
+    // node 1 once) and 4 successes, one AfterNodeChange success per node; a latency each
+    let want = [3.0, 4.0, 4.0, 7.0, 4.0];
+    eventually(10, "the hook metrics of every call", || async {
+        let now: Vec<f64> = watched.iter().map(|s| metric(s)).collect();
+        let delta: Vec<f64> = now.iter().zip(&before).map(|(a, b)| a - b).collect();
+        (delta == want).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -189,6 +220,18 @@ async fn a_failure_fails_the_node_and_failures_past_max_failures_halt_the_rollou
             .any(|m| m.contains("maintenance window closed")),
         "{notes:?}"
     );
+    // the caller recorded the last call's result in the extension's status
+    let r = hook_status(env, run, "BeforeNodeRestart", 10).await;
+    assert_eq!(r.result, "Failure", "{r:?}");
+    assert!(
+        r.message
+            .as_deref()
+            .is_some_and(|m| m.contains("maintenance window closed")),
+        "{r:?}"
+    );
+    assert!(r.node.as_ref().is_some_and(|n| asked.contains(n)), "{r:?}");
+    assert_eq!(r.shims, [run], "{r:?}");
+    assert!(r.time.is_some() && r.generation.is_none(), "{r:?}");
 }
 
 /// A fleet of 3 whose node 0's call times out (1 s) under `policy`; the others are deferred
@@ -287,6 +330,11 @@ async fn after_node_change_sees_every_commit_and_every_rollback() {
         rb["message"].as_str().is_some_and(|m| !m.is_empty()),
         "{rb}"
     );
+    // the notification's result is in the extension's status, with the node that sent it
+    let r = hook_status(env, run, "AfterNodeChange", 10).await;
+    assert_eq!(r.result, "Success", "{r:?}");
+    let nodes: Vec<String> = (0..4).map(|i| node(run, i)).collect();
+    assert!(r.node.as_ref().is_some_and(|n| nodes.contains(n)), "{r:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

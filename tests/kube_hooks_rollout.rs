@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::Api;
 use support::fleet::{FleetConfig, run_fleet};
-use support::hooks_kube::{ANC, BNR, Extension, extension, node, script};
+use support::hooks_kube::{ANC, BNR, Extension, extension, hook_status, node, script};
 use support::hookserver::{Call, HookServer, defer, failure, success};
 use support::kube::{SERIAL, eventually, kube_env};
 
@@ -81,15 +81,19 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
     );
     let shims: Api<shim_agent::api::Shim> = Api::all(env.admin_client().await);
     let seen_deferred = std::cell::Cell::new(false);
+    let approved = std::cell::Cell::new(None::<i64>);
     let done = std::cell::Cell::new(false);
     let poll = async {
         while !done.get() {
-            if let Ok(s) = shims.get(run).await
-                && s.status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "RolloutDeferred" && c.status == "True")
+            let status = shims.get(run).await.ok().and_then(|s| s.status);
+            if let Some(g) = status.as_ref().and_then(|s| s.approved_generation) {
+                approved.set(Some(g));
+            }
+            if status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "RolloutDeferred" && c.status == "True")
             {
                 seen_deferred.set(true);
             }
@@ -131,6 +135,16 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
             "a node changed before BeforeRollout said Success"
         )
     });
+    // the coordinator recorded the last answer in the extension's status
+    let r = hook_status(env, run, "BeforeRollout", 10).await;
+    assert_eq!(
+        (r.result.as_str(), r.generation, r.node.as_deref()),
+        ("Success", Some(1), None),
+        "{r:?}"
+    );
+    assert_eq!(r.shims, [run]);
+    // and the approval in the Shim's status, for a coordinator that takes over
+    assert_eq!(approved.get(), Some(1));
 
     // a Failure halts it with the extension's message
     let run = "hooks-rollout-no";
@@ -171,6 +185,14 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
     assert_eq!(r.restarts, 0);
     let m = message.borrow().clone().unwrap_or_default();
     assert!(m.contains("change freeze until Monday"), "{m}");
+    let r = hook_status(env, run, "BeforeRollout", 10).await;
+    assert_eq!(r.result, "Failure", "{r:?}");
+    assert!(
+        r.message
+            .as_deref()
+            .is_some_and(|m| m.contains("change freeze until Monday")),
+        "{r:?}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -197,7 +219,7 @@ async fn a_service_reference_resolves_through_the_api_to_its_endpoint_slice() {
     );
     let (ok, out) = env.apply(&yaml);
     assert!(ok, "{out}");
-    let ca = serde_json::to_string(&server.ca_pem).unwrap();
+    let ca = server.ca_bundle();
     let ext = format!(
         "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {{name: {run}}}\nspec:\n  clientConfig: {{service: {{namespace: shim-hooks-test, name: hooks, port: 443, path: /hook}}, caBundle: {ca}}}\n  hooks: [{{name: BeforeNodeRestart}}]\n  shimSelector: {{matchLabels: {{fleet: {run}}}}}\n"
     );

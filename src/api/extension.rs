@@ -5,6 +5,7 @@
 //! `maxLength` and every list a `maxItems`, so the CEL rules stay within the API server's cost
 //! budget. The wire protocol of the calls is in `crate::hooks::wire`.
 
+use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -62,11 +63,12 @@ pub struct ClientConfig {
     /// A Service, resolved through the API (its EndpointSlices), not cluster DNS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceRef>,
-    /// PEM-encoded CA certificates the extension's serving certificate must chain to. Absent:
-    /// the system's roots (see the agent's `fetch.ca-file`).
+    /// PEM-encoded CA certificates the extension's serving certificate must chain to, as
+    /// bytes: base64 in YAML and JSON, like `caBundle` of Kubernetes' admission webhooks.
+    /// Absent: the system's roots (see the agent's `fetch.ca-file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 65536))]
-    pub ca_bundle: Option<String>,
+    #[schemars(with = "Option<String>", length(max = 87384), extend("format" = "byte"))]
+    pub ca_bundle: Option<ByteString>,
 }
 
 /// A Service in the cluster; the certificate must name `<name>.<namespace>.svc`.
@@ -147,7 +149,9 @@ pub enum FailurePolicy {
     Fail,
 }
 
-/// The last result of each hook, written by the coordinator (nodes report through Events).
+/// The last call's result of each hook, written by its caller beside the call (best effort):
+/// a node's agent for `BeforeNodeRestart` and `AfterNodeChange`, the coordinator for
+/// `BeforeRollout`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ShimExtensionStatus {
@@ -156,17 +160,35 @@ pub struct ShimExtensionStatus {
     pub hooks: Vec<HookResult>,
 }
 
+/// Most Shims named in one [`HookResult`] (a batch may touch more; the rest are left out).
+pub const MAX_RESULT_SHIMS: usize = 16;
+
 /// One hook's last call.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HookResult {
     pub name: HookName,
-    /// `Success`, `Deferred`, `Failure` or `Error`.
+    /// The call's result after its failure policy: `Success`, `Deferred`, `Failure` (the
+    /// extension refused, or an error under `failurePolicy: Fail`) or `Ignored` (an error
+    /// under `failurePolicy: Ignore`), as in the call's Event and metric.
     #[schemars(length(max = 32))]
     pub result: String,
+    /// The extension's message, or what went wrong (a timeout, a malformed answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub message: Option<String>,
+    /// When the call ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// The node whose agent called (node hooks); absent for `BeforeRollout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub node: Option<String>,
+    /// The Shims the call was about (at most 16 named).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 253)))]
+    pub shims: Vec<String>,
+    /// The Shim generation asked about (`BeforeRollout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
 }

@@ -124,6 +124,13 @@ fn cluster_role() -> ClusterRole {
                 &["shimextensions"],
                 &["get", "list", "watch"],
             ),
+            // ...and records each call's result in its status (`status.hooks`: the caller
+            // writes it, a node for its node hooks); the spec stays the operator's
+            rule(
+                &["containerd.x-k8s.io"],
+                &["shimextensions/status"],
+                &["patch", "update"],
+            ),
             rule(&[""], &["services"], &["get"]),
             rule(&["discovery.k8s.io"], &["endpointslices"], &["list"]),
             // own Node: label and state annotation (NodeRestriction confines kubelet

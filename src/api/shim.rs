@@ -236,6 +236,10 @@ pub struct ShimStatus {
     /// The rollout's slots (docs/design.md §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
+    /// The newest generation whose rollout the BeforeRollout extensions approved
+    /// (docs/design.md §10); a new coordinator does not ask them again for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_generation: Option<i64>,
 }
 
 /// Where the rollout stands: slots, who holds them, failures.

@@ -106,7 +106,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         Api::<crate::api::extension::ShimExtension>::all(client.clone()),
         cfg(),
         "coordinator shimextensions",
-        tx,
+        tx.clone(),
     );
     let _tasks = Tasks(vec![t1, t2, t3, t4, t5]);
     let recorder = kube::runtime::events::Recorder::new(
@@ -125,12 +125,16 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         client,
         config,
         last_status_write: BTreeMap::new(),
-        rollout_hooks: RolloutHooks::new(hooks, recorder),
+        // the BeforeRollout calls run beside this loop; an answer nudges it
+        rollout_hooks: RolloutHooks::new(hooks, recorder, tx),
     };
     loop {
         let views = node_views(&nodes);
         let mut next: Option<Instant> = None;
-        for shim in shims.state() {
+        let all = shims.state();
+        c.rollout_hooks
+            .retain(|n| all.iter().any(|s| s.name_any() == n));
+        for shim in all {
             let due = match c.reconcile(&shim, &views, &classes, &leases).await {
                 Ok(due) => due,
                 Err(e) => {
@@ -189,11 +193,12 @@ impl Coordinator {
         let name = shim.name_any();
         let mut rollout = Rollout::of(shim, nodes, leases);
         let existing_nodes: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
-        // no slot opens for a generation its BeforeRollout extensions hold
+        // no slot opens for a generation its BeforeRollout extensions hold (or are asked
+        // about: the calls run beside this loop, which goes on with the other Shims)
         let hold = if shim.metadata.deletion_timestamp.is_some() {
             Hold::Go
         } else {
-            self.rollout_hooks.check(shim).await
+            self.rollout_hooks.check(shim)
         };
         let halted = rollout.halted;
         rollout.halted |= hold != Hold::Go;
@@ -258,11 +263,9 @@ impl Coordinator {
             shim.status.as_ref(),
             &now,
         );
-        let status = with_hold(status, &hold, shim.status.as_ref(), &now);
-        let mut due = match &hold {
-            Hold::Deferred(until, _) => Some(*until),
-            _ => None,
-        };
+        let approved = self.rollout_hooks.approved(shim);
+        let status = with_hold(status, &hold, approved, shim.status.as_ref(), &now);
+        let mut due = hold.due();
         if shim.status.as_ref() != Some(&status) {
             let last = self.last_status_write.get(&name).copied();
             match last {

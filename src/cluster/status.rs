@@ -152,6 +152,7 @@ pub fn compute_status(
         nodes: Some(counts),
         conditions: Some(conds),
         rollout: None,
+        approved_generation: None,
     }
 }
 

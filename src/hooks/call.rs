@@ -14,7 +14,8 @@ use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
-use super::decide::Outcome;
+use super::decide::{Outcome, Verdict};
+use super::record::{StatusRecorder, entry};
 use super::wire::{MAX_BODY, Request, clip, parse_response};
 use crate::api::Shim;
 use crate::api::extension::{ClientConfig, HookName, HookSpec, ServiceRef, ShimExtension};
@@ -31,6 +32,8 @@ pub struct Hooks {
     http: Mutex<HashMap<String, reqwest::Client>>,
     /// The API server said the ShimExtension kind does not exist (its CRD is not applied).
     crd_missing: std::sync::atomic::AtomicBool,
+    /// Writes `status.hooks` beside the calls.
+    status: std::sync::Arc<StatusRecorder>,
 }
 
 /// One extension that serves one hook.
@@ -49,6 +52,7 @@ impl Target {
 impl Hooks {
     pub fn new(kube: Client, store: Store<ShimExtension>) -> Hooks {
         Hooks {
+            status: std::sync::Arc::new(StatusRecorder::new(kube.clone(), store.clone())),
             kube,
             store,
             http: Mutex::new(HashMap::new()),
@@ -56,21 +60,27 @@ impl Hooks {
         }
     }
 
+    /// Whether the extensions are known without waiting: the cache synced, or the API server
+    /// said the ShimExtension kind does not exist.
+    pub fn known(&self) -> bool {
+        self.crd_missing.load(std::sync::atomic::Ordering::Relaxed) || self.synced()
+    }
+
     /// Wait (at most [`CACHE_WAIT`]) for the first list of extensions.
     ///
     /// Without the ShimExtension CRD (an agent upgraded before the cluster's manifests) there
-    /// can be no extension: that is "no extensions", said once, not a refusal. Only the API
-    /// server's own answer decides it (a 404 for the kind); an unreachable or forbidden list
-    /// still refuses, since an extension might be there to stop the restart. Once the CRD is
-    /// applied, the watch lists it and the cache is used again.
+    /// can be no extension: that is "no extensions", said once, not a refusal, and not a
+    /// wait. Only the API server's own answer decides it (a 404 for the kind); an unreachable
+    /// or forbidden list still refuses once the wait is over, since an extension might be
+    /// there to stop the restart. Once the CRD is applied, the watch lists it and the cache
+    /// is used again.
+    ///
+    /// A synced cache answers at once with no request. Before it synced (the agent's start,
+    /// or no CRD) one list of at most one extension decides: the kind is missing or there is
+    /// none, so nothing waits for the cache; otherwise the cache is waited for.
     pub async fn ready(&self) -> Result<(), String> {
         use std::sync::atomic::Ordering;
-        let wait = if self.crd_missing.load(Ordering::Relaxed) {
-            Duration::ZERO
-        } else {
-            CACHE_WAIT
-        };
-        if let Ok(Ok(())) = tokio::time::timeout(wait, self.store.wait_until_ready()).await {
+        if self.synced() {
             self.crd_missing.store(false, Ordering::Relaxed);
             return Ok(());
         }
@@ -84,15 +94,31 @@ impl Hooks {
                         "the ShimExtension CRD is not applied: no lifecycle hooks are called (apply `shim-agent manifests`)"
                     );
                 }
-                Ok(())
+                return Ok(());
             }
             // the list works and there is none (the watch is only slow to start)
-            Ok(list) if list.items.is_empty() => Ok(()),
+            Ok(list) if list.items.is_empty() => return Ok(()),
+            _ => {}
+        }
+        match tokio::time::timeout(CACHE_WAIT, self.store.wait_until_ready()).await {
+            Ok(Ok(())) => {
+                self.crd_missing.store(false, Ordering::Relaxed);
+                Ok(())
+            }
             _ => Err(format!(
                 "the ShimExtensions could not be listed within {} s (is the API server reachable, and may this node list them?)",
-                wait.as_secs()
+                CACHE_WAIT.as_secs()
             )),
         }
+    }
+
+    /// The cache has its first list.
+    fn synced(&self) -> bool {
+        use futures_util::FutureExt;
+        self.store
+            .wait_until_ready()
+            .now_or_never()
+            .is_some_and(|r| r.is_ok())
     }
 
     /// The extensions serving `hook` whose `shimSelector` selects one of `shims` (a Shim not
@@ -125,6 +151,14 @@ impl Hooks {
         }
         out.sort_by_key(Target::name);
         out
+    }
+
+    /// Record the result `v` of a call of `t` about `req` as its hook's last result in the
+    /// extension's `status.hooks`: beside the call, best effort ([`super::record`]).
+    pub fn record(&self, t: &Target, req: &Request, v: &Verdict) {
+        let shims: Vec<String> = req.shims.iter().map(|c| c.name.clone()).collect();
+        let e = entry(t.spec.name, v, req.node.as_deref(), &shims, req.generation);
+        self.status.record(&t.name(), e);
     }
 
     /// Call `t` with `req`, bounded by its timeout: the outcome and how long it took.
@@ -191,7 +225,7 @@ impl Hooks {
             .connect_timeout(limit)
             .user_agent(concat!("shim-agent/", env!("CARGO_PKG_VERSION")));
         if let Some(pem) = &cc.ca_bundle {
-            let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+            let certs = reqwest::Certificate::from_pem_bundle(&pem.0)
                 .map_err(|e| format!("caBundle: {}", chain(&e)))?;
             if certs.is_empty() {
                 return Err("caBundle holds no PEM certificate".into());

@@ -174,6 +174,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
             let (outcome, took) = self.hooks.call(t, req).await;
             let v = apply_policy(&t.name(), t.spec.policy(), outcome);
             self.report.publish(hook, &t.name(), &v, took);
+            self.hooks.record(t, req, &v);
             v
         });
         futures_util::future::join_all(calls).await
@@ -222,6 +223,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
                 // its failure policy is moot: nothing waits on it
                 let v = apply_policy(&t.name(), t.spec.policy(), outcome);
                 report.publish(HookName::AfterNodeChange, &t.name(), &v, took);
+                hooks.record(&t, &req, &v);
             }
         });
     }

@@ -5,11 +5,13 @@
 //! - [`decide`]: the pure core: failure policies and the deferral state machine;
 //! - [`call`]: the I/O shell: extensions from a watch cache, HTTPS clients, Service resolution;
 //! - [`gate`]: `BeforeNodeRestart` / `AfterNodeChange` around the node's rollout slot;
-//! - [`rollout`]: `BeforeRollout`, asked by the coordinator before a generation's slots open.
+//! - [`rollout`]: `BeforeRollout`, asked by the coordinator before a generation's slots open;
+//! - [`record`]: each hook's last result in the extension's `status.hooks`.
 
 pub mod call;
 pub mod decide;
 pub mod gate;
+pub mod record;
 pub mod rollout;
 pub mod wire;
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
+use shim_agent::api::extension::{HookResult, ShimExtension};
 
 use super::hookserver::{Call, HookServer, Reply, Script};
 use super::kube::KubeEnv;
@@ -34,7 +35,7 @@ pub fn extension<'e>(
     server: &HookServer,
     hooks: &str,
 ) -> Extension<'e> {
-    let ca = serde_json::to_string(&server.ca_pem).unwrap();
+    let ca = server.ca_bundle();
     let yaml = format!(
         "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimExtension\nmetadata: {{name: {run}}}\nspec:\n  clientConfig: {{url: \"{}\", caBundle: {ca}}}\n  hooks: {hooks}\n  shimSelector: {{matchLabels: {{fleet: {run}}}}}\n",
         server.url()
@@ -45,6 +46,34 @@ pub fn extension<'e>(
         env,
         name: run.into(),
     }
+}
+
+/// A sample of the agent's metrics as its metrics endpoint serves them (the telemetry registry,
+/// encoded in the Prometheus text format): the value of the line starting with `series`
+/// (`name{labels}`), 0 when there is none yet.
+pub fn metric(series: &str) -> f64 {
+    shim_agent::telemetry::metrics()
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// `status.hooks` of extension `name`: its entry for `hook`, once it is there (`secs` at most).
+pub async fn hook_status(env: &KubeEnv, name: &str, hook: &str, secs: u64) -> HookResult {
+    let api: Api<ShimExtension> = Api::all(env.admin_client().await);
+    super::kube::eventually(
+        secs,
+        &format!("{hook} in status.hooks of {name}"),
+        || async {
+            let ext = api.get(name).await.ok()?;
+            ext.status?
+                .hooks
+                .into_iter()
+                .find(|h| h.name.as_str() == hook)
+        },
+    )
+    .await
 }
 
 pub fn script(f: impl Fn(&Call, usize) -> Reply + Send + Sync + 'static) -> Script {

@@ -85,6 +85,12 @@ impl HookServer {
         format!("https://{}/hook", self.addr)
     }
 
+    /// The test CA as a ShimExtension's `caBundle`: its PEM as bytes (base64), a JSON string
+    /// that fits a YAML flow mapping.
+    pub fn ca_bundle(&self) -> String {
+        serde_json::to_string(&k8s_openapi::ByteString(self.ca_pem.clone().into_bytes())).unwrap()
+    }
+
     pub fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
     }

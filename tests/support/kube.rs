@@ -198,3 +198,71 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A control plane of its own beside the shared one (another instance name and ports, see
+/// kube-env's README), with nothing applied; stopped and wiped on drop. `None` (the test
+/// skips) without the kube env, as [`kube_env`].
+pub struct Instance {
+    pub env: KubeEnv,
+    vars: Vec<(&'static str, String)>,
+}
+
+impl Instance {
+    /// Start instance `name` with its API server on `port`, etcd on `etcd` and `etcd + 10`,
+    /// and no controller manager.
+    pub fn start(name: &str, port: u16, etcd: u16) -> Option<Instance> {
+        kube_env()?;
+        let dir = std::env::var_os("KUBE_ENV_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kube-env"));
+        let vars = vec![
+            ("KUBE_ENV_NAME", name.to_string()),
+            ("KUBE_ENV_PORT", port.to_string()),
+            ("KUBE_ENV_ETCD_PORT", etcd.to_string()),
+            ("KUBE_ENV_ETCD_PEER_PORT", (etcd + 10).to_string()),
+            ("KUBE_ENV_NO_KCM", "1".to_string()),
+        ];
+        let out = Command::new(dir.join("up.sh"))
+            .envs(vars.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("run up.sh");
+        assert!(
+            out.status.success(),
+            "kube env instance {name} did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let admin = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last()?.trim());
+        let state = std::env::var("KUBE_ENV_STATE").unwrap_or_else(|_| "/var/tmp/kube-env".into());
+        let env = KubeEnv {
+            dir,
+            admin,
+            kubectl: PathBuf::from(state).join("bin/kubectl"),
+        };
+        Some(Instance { env, vars })
+    }
+
+    /// A kubelet's identity for Node `node` on this instance.
+    pub fn node_identity(&self, node: &str) -> PathBuf {
+        let out = Command::new(self.env.dir.join("identity.sh"))
+            .envs(self.vars.iter().map(|(k, v)| (k, v)))
+            .arg(format!("system:node:{node}"))
+            .arg("system:nodes")
+            .output()
+            .expect("identity.sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = Command::new(self.env.dir.join("down.sh"))
+            .envs(self.vars.iter().map(|(k, v)| (k, v)))
+            .arg("--wipe")
+            .output();
+    }
+}

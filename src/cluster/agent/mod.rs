@@ -17,29 +17,26 @@
 //!   `shims.d`), not on status or heartbeat updates.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
-use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
 use super::FIELD_MANAGER;
 use super::gate::{GateTimings, SlotGate};
-use super::nodestate::{self, FailureNote, NodeStates};
+use super::nodestate::{self, FailureNote};
 use super::round::{UNINSTALL_KEY, change_name, pod_use, real_work, spec_key};
 use super::target::{self, Inputs, NodePlan, PodUse};
-use super::watch::{Tasks, spawn_reflector};
 use crate::api::Shim;
 use crate::daemon::{adopt_pending, read_static_shims};
-use crate::state::{NodeState, Origin, StateStore};
+use crate::state::{NodeState, StateStore};
 use crate::txn::{Change, HealthCheck, Node, Restarter};
+use caches::{Caches, fingerprint, quiet, sleep_until_opt};
 
+mod caches;
+mod node_sync;
 mod outcome;
 
 /// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
@@ -78,15 +75,6 @@ struct RoundView<'r> {
     statics_ok: bool,
     pods: &'r [PodUse],
     held: &'r BTreeSet<String>,
-}
-
-/// The caches a round reads.
-struct Caches {
-    shims: Store<Shim>,
-    hooks: std::sync::Arc<crate::hooks::Hooks>,
-    node: Store<KubeNode>,
-    pods: Store<Pod>,
-    _tasks: Tasks,
 }
 
 /// One agent session against one client.
@@ -134,43 +122,6 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             node_sync_due: None,
             node_sync_failures: 0,
             rerun_now: false,
-        }
-    }
-
-    fn start_watches(&self, nudge: &mpsc::Sender<()>) -> Caches {
-        let c = &self.client;
-        let (shims, t1) = spawn_reflector(
-            Api::<Shim>::all(c.clone()),
-            watcher::Config::default(),
-            "shims",
-            nudge.clone(),
-        );
-        let (node, t2) = spawn_reflector(
-            Api::<KubeNode>::all(c.clone()),
-            watcher::Config::default().fields(&format!("metadata.name={}", self.node_name)),
-            "node",
-            nudge.clone(),
-        );
-        let (pods, t3) = spawn_reflector(
-            Api::<Pod>::all(c.clone()),
-            watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name)),
-            "pods",
-            nudge.clone(),
-        );
-        // ShimExtensions: a cache the rounds read, no request per restart; a change to one
-        // starts no round (the channel has no reader)
-        let (ext, t4) = spawn_reflector(
-            Api::<crate::api::extension::ShimExtension>::all(c.clone()),
-            watcher::Config::default(),
-            "shimextensions",
-            mpsc::channel(1).0,
-        );
-        Caches {
-            shims,
-            hooks: std::sync::Arc::new(crate::hooks::Hooks::new(c.clone(), ext)),
-            node,
-            pods,
-            _tasks: Tasks(vec![t1, t2, t3, t4]),
         }
     }
 
@@ -239,59 +190,6 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 }
             }
         }
-    }
-
-    /// Wait until the watches synced and this node's Node exists. Credentials that change
-    /// meanwhile (a certificate the API server refused, replaced on disk) end the wait with
-    /// [`Exit::Reconnect`].
-    async fn wait_for_caches(
-        &self,
-        caches: &Caches,
-        shutdown: &mut tokio_watch::Receiver<bool>,
-        cred_check: &mut tokio::time::Interval,
-        credentials_changed: &mut impl FnMut() -> bool,
-    ) -> anyhow::Result<Option<Exit>> {
-        let ready = async {
-            let _ = caches.shims.wait_until_ready().await;
-            let _ = caches.pods.wait_until_ready().await;
-            let _ = caches.node.wait_until_ready().await;
-            loop {
-                if !caches.node.state().is_empty() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        };
-        let mut ready = std::pin::pin!(ready);
-        let deadline = tokio::time::sleep(self.node_wait);
-        let mut deadline = std::pin::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut ready => return Ok(None),
-                _ = shutdown.changed() => return Ok(Some(Exit::Shutdown)),
-                _ = cred_check.tick() => {
-                    if credentials_changed() {
-                        tracing::info!("credentials changed on disk; reconnecting");
-                        return Ok(Some(Exit::Reconnect));
-                    }
-                }
-                _ = &mut deadline => break,
-            }
-        }
-        let node_synced = tokio::time::timeout(Duration::ZERO, caches.node.wait_until_ready())
-            .await
-            .is_ok();
-        if node_synced && caches.node.state().is_empty() {
-            anyhow::bail!(
-                "no Node named {:?} in the cluster (waited {} s): set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)",
-                self.node_name,
-                self.node_wait.as_secs()
-            )
-        }
-        anyhow::bail!(
-            "the watches did not sync within {} s: check that the API server is reachable and that this identity may list Shims, its Node and its pods",
-            self.node_wait.as_secs()
-        )
     }
 
     /// The Shims whose last change failed (for the status line).
@@ -459,173 +357,5 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 None => f.spec_key == UNINSTALL_KEY,
             }
         });
-    }
-
-    /// Shims the cluster wants that were installed offline (or by the CLI) become the
-    /// cluster's: from now on the cluster also removes them.
-    fn adopt_into_cluster(
-        &self,
-        store: &StateStore,
-        state: &mut NodeState,
-        cluster: &[Shim],
-        statics: &[Shim],
-        labels: &BTreeMap<String, String>,
-    ) {
-        let inputs = Inputs {
-            node_labels: labels,
-            cluster,
-            statics,
-            statics_ok: true,
-            state,
-            pods: &[],
-            held: &BTreeSet::new(),
-        };
-        let wanted: Vec<String> = target::wanted_from_cluster(&inputs)
-            .iter()
-            .map(|s| s.name().to_string())
-            .collect();
-        let mut changed = false;
-        for name in wanted {
-            if let Some(rec) = state.shims.get_mut(&name)
-                && matches!(rec.origin, Origin::Offline | Origin::Cli)
-            {
-                rec.origin = Origin::Cluster;
-                changed = true;
-            }
-        }
-        if changed && let Err(e) = store.save(state) {
-            tracing::error!("cannot record adopted shims: {e}");
-        }
-    }
-
-    /// The patch that moves the Node's labels and state annotation to what the local state
-    /// says; `None` when the Node is there already.
-    fn node_sync_patch(
-        &self,
-        current: &KubeNode,
-        view: &RoundView<'_>,
-        state: &NodeState,
-        plan: &NodePlan,
-    ) -> Option<serde_json::Value> {
-        let labels_now = current.labels().clone();
-        let inputs = Inputs {
-            node_labels: &labels_now,
-            cluster: view.cluster,
-            statics: view.statics,
-            statics_ok: view.statics_ok,
-            state,
-            pods: view.pods,
-            held: view.held,
-        };
-        let notes: BTreeMap<String, FailureNote> = self
-            .failures
-            .iter()
-            .map(|(n, f)| (n.clone(), f.note.clone()))
-            .collect();
-        let annotations = current.metadata.annotations.as_ref();
-        let previous: NodeStates = nodestate::parse_states(annotations);
-        let present = annotations.is_some_and(|a| a.contains_key(super::STATE_ANNOTATION));
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
-        let labels = target::labels_wanted(&inputs);
-        nodestate::node_patch(&labels_now, &previous, present, &labels, &states)
-    }
-
-    /// Move the Node's labels and state annotation to what the local state says.
-    async fn sync_node(
-        &mut self,
-        current: KubeNode,
-        view: &RoundView<'_>,
-        state: &NodeState,
-        plan: &NodePlan,
-    ) -> KubeNode {
-        let Some(patch) = self.node_sync_patch(&current, view, state, plan) else {
-            self.node_sync_due = None;
-            self.node_sync_failures = 0;
-            return current;
-        };
-        match self.patch_node(patch).await {
-            Ok(n) => {
-                self.node_sync_due = None;
-                self.node_sync_failures = 0;
-                n
-            }
-            Err(e) => {
-                tracing::warn!("cannot update the Node's Shim labels and state; retrying: {e}");
-                self.schedule_node_sync();
-                current
-            }
-        }
-    }
-
-    fn schedule_node_sync(&mut self) {
-        self.node_sync_failures += 1;
-        let secs = (NODE_SYNC_RETRY_SECS << self.node_sync_failures.min(6)).min(60);
-        self.node_sync_due = Some(Instant::now() + Duration::from_secs(secs));
-    }
-
-    async fn patch_node(&self, patch: serde_json::Value) -> Result<KubeNode, kube::Error> {
-        Api::<KubeNode>::all(self.client.clone())
-            .patch(
-                &self.node_name,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Merge(&patch),
-            )
-            .await
-    }
-}
-
-/// What a round depends on: Shim identities and generations, this Node's labels, the pods'
-/// RuntimeClasses. Status writes and heartbeats do not change it.
-fn fingerprint(c: &Caches) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    let mut shims: Vec<(String, Option<i64>, bool, Option<String>)> = c
-        .shims
-        .state()
-        .iter()
-        .map(|s| {
-            (
-                s.name(),
-                s.metadata.generation,
-                s.metadata.deletion_timestamp.is_some(),
-                s.uid(),
-            )
-        })
-        .map(|(n, g, d, u)| (n.to_string(), g, d, u))
-        .collect();
-    shims.sort();
-    shims.hash(&mut h);
-    for n in c.node.state() {
-        n.labels().hash(&mut h);
-    }
-    let mut pods: Vec<PodUse> = c.pods.state().iter().map(|p| pod_use(p)).collect();
-    pods.sort_by(|a, b| a.name.cmp(&b.name));
-    for p in pods {
-        (p.name, p.runtime_class, p.finished).hash(&mut h);
-    }
-    h.finish()
-}
-
-/// Wait until what a round depends on (`fingerprint`) stayed the same for
-/// [`DEBOUNCE_MILLIS`] (at most [`DEBOUNCE_MAX_MILLIS`] in all), draining `events`. Events
-/// that change nothing a round reads (status, finalizer, our own annotation) do not extend it.
-async fn quiet(events: &mut mpsc::Receiver<()>, fingerprint: impl Fn() -> u64) {
-    let until = Instant::now() + Duration::from_millis(DEBOUNCE_MAX_MILLIS);
-    let mut seen = fingerprint();
-    loop {
-        tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
-        while events.try_recv().is_ok() {}
-        let now = fingerprint();
-        if now == seen || Instant::now() >= until {
-            return;
-        }
-        seen = now;
-    }
-}
-
-async fn sleep_until_opt(due: Option<Instant>) {
-    match due {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }

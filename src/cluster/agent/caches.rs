@@ -1,0 +1,175 @@
+//! The agent's watch caches (Shims, its Node, its pods, the ShimExtensions) and when a round
+//! is due: the first sync, the fingerprint of what a round reads, and the debounce.
+
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tokio::sync::{mpsc, watch as tokio_watch};
+use tokio::time::Instant;
+
+use super::{Agent, DEBOUNCE_MAX_MILLIS, DEBOUNCE_MILLIS, Exit};
+use crate::api::Shim;
+use crate::cluster::round::pod_use;
+use crate::cluster::target::PodUse;
+use crate::cluster::watch::{Tasks, spawn_reflector};
+use crate::txn::{HealthCheck, Restarter};
+
+/// The caches a round reads.
+pub(super) struct Caches {
+    pub(super) shims: Store<Shim>,
+    pub(super) hooks: std::sync::Arc<crate::hooks::Hooks>,
+    pub(super) node: Store<KubeNode>,
+    pub(super) pods: Store<Pod>,
+    _tasks: Tasks,
+}
+
+impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
+    pub(super) fn start_watches(&self, nudge: &mpsc::Sender<()>) -> Caches {
+        let c = &self.client;
+        let (shims, t1) = spawn_reflector(
+            Api::<Shim>::all(c.clone()),
+            watcher::Config::default(),
+            "shims",
+            nudge.clone(),
+        );
+        let (node, t2) = spawn_reflector(
+            Api::<KubeNode>::all(c.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={}", self.node_name)),
+            "node",
+            nudge.clone(),
+        );
+        let (pods, t3) = spawn_reflector(
+            Api::<Pod>::all(c.clone()),
+            watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name)),
+            "pods",
+            nudge.clone(),
+        );
+        // ShimExtensions: a cache the rounds read, no request per restart; a change to one
+        // starts no round (the channel has no reader)
+        let (ext, t4) = spawn_reflector(
+            Api::<crate::api::extension::ShimExtension>::all(c.clone()),
+            watcher::Config::default(),
+            "shimextensions",
+            mpsc::channel(1).0,
+        );
+        Caches {
+            shims,
+            hooks: std::sync::Arc::new(crate::hooks::Hooks::new(c.clone(), ext)),
+            node,
+            pods,
+            _tasks: Tasks(vec![t1, t2, t3, t4]),
+        }
+    }
+
+    /// Wait until the watches synced and this node's Node exists. Credentials that change
+    /// meanwhile (a certificate the API server refused, replaced on disk) end the wait with
+    /// [`Exit::Reconnect`].
+    pub(super) async fn wait_for_caches(
+        &self,
+        caches: &Caches,
+        shutdown: &mut tokio_watch::Receiver<bool>,
+        cred_check: &mut tokio::time::Interval,
+        credentials_changed: &mut impl FnMut() -> bool,
+    ) -> anyhow::Result<Option<Exit>> {
+        let ready = async {
+            let _ = caches.shims.wait_until_ready().await;
+            let _ = caches.pods.wait_until_ready().await;
+            let _ = caches.node.wait_until_ready().await;
+            loop {
+                if !caches.node.state().is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        let mut ready = std::pin::pin!(ready);
+        let deadline = tokio::time::sleep(self.node_wait);
+        let mut deadline = std::pin::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut ready => return Ok(None),
+                _ = shutdown.changed() => return Ok(Some(Exit::Shutdown)),
+                _ = cred_check.tick() => {
+                    if credentials_changed() {
+                        tracing::info!("credentials changed on disk; reconnecting");
+                        return Ok(Some(Exit::Reconnect));
+                    }
+                }
+                _ = &mut deadline => break,
+            }
+        }
+        let node_synced = tokio::time::timeout(Duration::ZERO, caches.node.wait_until_ready())
+            .await
+            .is_ok();
+        if node_synced && caches.node.state().is_empty() {
+            anyhow::bail!(
+                "no Node named {:?} in the cluster (waited {} s): set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)",
+                self.node_name,
+                self.node_wait.as_secs()
+            )
+        }
+        anyhow::bail!(
+            "the watches did not sync within {} s: check that the API server is reachable and that this identity may list Shims, its Node and its pods",
+            self.node_wait.as_secs()
+        )
+    }
+}
+
+/// What a round depends on: Shim identities and generations, this Node's labels, the pods'
+/// RuntimeClasses. Status writes and heartbeats do not change it.
+pub(super) fn fingerprint(c: &Caches) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut shims: Vec<(String, Option<i64>, bool, Option<String>)> = c
+        .shims
+        .state()
+        .iter()
+        .map(|s| {
+            (
+                s.name(),
+                s.metadata.generation,
+                s.metadata.deletion_timestamp.is_some(),
+                s.uid(),
+            )
+        })
+        .map(|(n, g, d, u)| (n.to_string(), g, d, u))
+        .collect();
+    shims.sort();
+    shims.hash(&mut h);
+    for n in c.node.state() {
+        n.labels().hash(&mut h);
+    }
+    let mut pods: Vec<PodUse> = c.pods.state().iter().map(|p| pod_use(p)).collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    for p in pods {
+        (p.name, p.runtime_class, p.finished).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Wait until what a round depends on (`fingerprint`) stayed the same for
+/// [`DEBOUNCE_MILLIS`] (at most [`DEBOUNCE_MAX_MILLIS`] in all), draining `events`. Events
+/// that change nothing a round reads (status, finalizer, our own annotation) do not extend it.
+pub(super) async fn quiet(events: &mut mpsc::Receiver<()>, fingerprint: impl Fn() -> u64) {
+    let until = Instant::now() + Duration::from_millis(DEBOUNCE_MAX_MILLIS);
+    let mut seen = fingerprint();
+    loop {
+        tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
+        while events.try_recv().is_ok() {}
+        let now = fingerprint();
+        if now == seen || Instant::now() >= until {
+            return;
+        }
+        seen = now;
+    }
+}
+
+pub(super) async fn sleep_until_opt(due: Option<Instant>) {
+    match due {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,136 @@
+//! The agent's own Node: its Shim labels and state annotation moved to what the local state
+//! says (retried with backoff while the API server is away), and offline installs adopted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use tokio::time::Instant;
+
+use super::{Agent, NODE_SYNC_RETRY_SECS, RoundView};
+use crate::api::Shim;
+use crate::cluster::FIELD_MANAGER;
+use crate::cluster::nodestate::{self, FailureNote, NodeStates};
+use crate::cluster::target::{self, Inputs, NodePlan};
+use crate::state::{NodeState, Origin, StateStore};
+use crate::txn::{HealthCheck, Restarter};
+
+impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
+    /// Shims the cluster wants that were installed offline (or by the CLI) become the
+    /// cluster's: from now on the cluster also removes them.
+    pub(super) fn adopt_into_cluster(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        cluster: &[Shim],
+        statics: &[Shim],
+        labels: &BTreeMap<String, String>,
+    ) {
+        let inputs = Inputs {
+            node_labels: labels,
+            cluster,
+            statics,
+            statics_ok: true,
+            state,
+            pods: &[],
+            held: &BTreeSet::new(),
+        };
+        let wanted: Vec<String> = target::wanted_from_cluster(&inputs)
+            .iter()
+            .map(|s| s.name().to_string())
+            .collect();
+        let mut changed = false;
+        for name in wanted {
+            if let Some(rec) = state.shims.get_mut(&name)
+                && matches!(rec.origin, Origin::Offline | Origin::Cli)
+            {
+                rec.origin = Origin::Cluster;
+                changed = true;
+            }
+        }
+        if changed && let Err(e) = store.save(state) {
+            tracing::error!("cannot record adopted shims: {e}");
+        }
+    }
+
+    /// The patch that moves the Node's labels and state annotation to what the local state
+    /// says; `None` when the Node is there already.
+    pub(super) fn node_sync_patch(
+        &self,
+        current: &KubeNode,
+        view: &RoundView<'_>,
+        state: &NodeState,
+        plan: &NodePlan,
+    ) -> Option<serde_json::Value> {
+        let labels_now = current.labels().clone();
+        let inputs = Inputs {
+            node_labels: &labels_now,
+            cluster: view.cluster,
+            statics: view.statics,
+            statics_ok: view.statics_ok,
+            state,
+            pods: view.pods,
+            held: view.held,
+        };
+        let notes: BTreeMap<String, FailureNote> = self
+            .failures
+            .iter()
+            .map(|(n, f)| (n.clone(), f.note.clone()))
+            .collect();
+        let annotations = current.metadata.annotations.as_ref();
+        let previous: NodeStates = nodestate::parse_states(annotations);
+        let present = annotations.is_some_and(|a| a.contains_key(crate::cluster::STATE_ANNOTATION));
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
+        let labels = target::labels_wanted(&inputs);
+        nodestate::node_patch(&labels_now, &previous, present, &labels, &states)
+    }
+
+    /// Move the Node's labels and state annotation to what the local state says.
+    pub(super) async fn sync_node(
+        &mut self,
+        current: KubeNode,
+        view: &RoundView<'_>,
+        state: &NodeState,
+        plan: &NodePlan,
+    ) -> KubeNode {
+        let Some(patch) = self.node_sync_patch(&current, view, state, plan) else {
+            self.node_sync_due = None;
+            self.node_sync_failures = 0;
+            return current;
+        };
+        match self.patch_node(patch).await {
+            Ok(n) => {
+                self.node_sync_due = None;
+                self.node_sync_failures = 0;
+                n
+            }
+            Err(e) => {
+                tracing::warn!("cannot update the Node's Shim labels and state; retrying: {e}");
+                self.schedule_node_sync();
+                current
+            }
+        }
+    }
+
+    pub(super) fn schedule_node_sync(&mut self) {
+        self.node_sync_failures += 1;
+        let secs = (NODE_SYNC_RETRY_SECS << self.node_sync_failures.min(6)).min(60);
+        self.node_sync_due = Some(Instant::now() + Duration::from_secs(secs));
+    }
+
+    pub(super) async fn patch_node(
+        &self,
+        patch: serde_json::Value,
+    ) -> Result<KubeNode, kube::Error> {
+        Api::<KubeNode>::all(self.client.clone())
+            .patch(
+                &self.node_name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Merge(&patch),
+            )
+            .await
+    }
+}

@@ -1,0 +1,232 @@
+//! BeforeRollout and the coordinator, on the real API server: an approval persisted in the
+//! Shim's status survives a coordinator failover (the extension is not asked twice for a
+//! generation), and a slow extension holds only its own Shim's rollout, not the coordinator's
+//! loop. Test extensions over HTTPS on loopback (tests/support/hookserver).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use shim_agent::api::Shim;
+use shim_agent::api::lease::ShimLease;
+use shim_agent::cluster::{COORDINATOR_LEASE, NAMESPACE, coordinator};
+use support::agent_rig::{Rig, cluster_node, fast};
+use support::hooks_kube::{extension, script};
+use support::hookserver::{Call, HookServer, success};
+use support::kube::{KubeEnv, SERIAL, eventually};
+use support::live::{World, fake, shim_yaml};
+
+const BR: &str = "BeforeRolloutRequest";
+
+/// A Shim `name` for the Nodes labelled `selector`, labelled `fleet: <name>` (what the test
+/// extensions select).
+fn labelled_shim(w: &World, name: &str, selector: &str) -> String {
+    shim_yaml(w, name, "1", selector).replace(
+        &format!("metadata: {{name: {name}}}"),
+        &format!("metadata: {{name: {name}, labels: {{fleet: {name}}}}}"),
+    )
+}
+
+fn before_rollout_calls(server: &HookServer) -> Vec<Call> {
+    server
+        .calls()
+        .into_iter()
+        .filter(|c| c.kind == BR)
+        .collect()
+}
+
+async fn coordinator_holder(env: &KubeEnv) -> Option<String> {
+    Api::<ShimLease>::namespaced(env.admin_client().await, NAMESPACE)
+        .get_opt(COORDINATOR_LEASE)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+/// Run a coordinator as `identity` until `kill` fires (its future dropped: no release, as a
+/// crash).
+async fn coordinator_until(
+    env: &KubeEnv,
+    identity: &str,
+    kill: tokio::sync::oneshot::Receiver<()>,
+) {
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let client = env.admin_client().await;
+    tokio::select! {
+        () = coordinator::run(client, identity.into(), fast(), stop) => {}
+        _ = kill => {}
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_approval_outlives_a_coordinator_failover_and_a_new_generation_is_asked_again() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("hooks-failover").await else {
+        return;
+    };
+    let env = rig.env;
+    let run = "hooks-failover";
+    rig.force_delete(run).await;
+    let server = HookServer::start(script(|c, _| success(&c.kind))).await;
+    let _ext = extension(env, run, &server, "[{name: BeforeRollout}]");
+    let shims: Api<Shim> = Api::all(rig.admin.clone());
+    // no Node matches: only the coordinator's part is under test
+    let (ok, out) = env.apply(&labelled_shim(&rig.w, run, "no-such-node: \"true\""));
+    assert!(ok, "{out}");
+
+    let (kill_a_tx, kill_a) = tokio::sync::oneshot::channel::<()>();
+    let (kill_b_tx, kill_b) = tokio::sync::oneshot::channel::<()>();
+    let body = async {
+        // coordinator a asks once and persists the approval of generation 1
+        eventually(30, "coordinator a leading", || async {
+            (coordinator_holder(env).await.as_deref() == Some("hooks-co-a")).then_some(())
+        })
+        .await;
+        eventually(
+            20,
+            "the approval of generation 1 in the Shim's status",
+            || async {
+                let s = shims.get(run).await.ok()?;
+                (s.status?.approved_generation == Some(1)).then_some(())
+            },
+        )
+        .await;
+        assert_eq!(before_rollout_calls(&server).len(), 1);
+        // a dies; b takes over
+        let _ = kill_a_tx.send(());
+        eventually(30, "coordinator b leading", || async {
+            (coordinator_holder(env).await.as_deref() == Some("hooks-co-b")).then_some(())
+        })
+        .await;
+        // b reconciles at once once its caches synced; it must not ask for generation 1
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let calls = before_rollout_calls(&server);
+        assert_eq!(
+            calls.len(),
+            1,
+            "generation 1 was asked again after the failover: {calls:?}"
+        );
+        // a new generation is asked (by b)
+        let patch = serde_json::json!({"spec": {"nodeSelector": {"no-such-node": "still"}}});
+        shims
+            .patch(run, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let calls = eventually(20, "BeforeRollout for generation 2", || async {
+            let c = before_rollout_calls(&server);
+            (c.len() >= 2).then_some(c)
+        })
+        .await;
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls[1].body["generation"], 2);
+        eventually(20, "the approval of generation 2", || async {
+            let s = shims.get(run).await.ok()?;
+            (s.status?.approved_generation == Some(2)).then_some(())
+        })
+        .await;
+        let _ = kill_b_tx.send(());
+    };
+    let a = coordinator_until(env, "hooks-co-a", kill_a);
+    // b contends from the start, as every agent does
+    let b = coordinator_until(env, "hooks-co-b", kill_b);
+    // a must win the first election: b starts once a leads
+    let b = async {
+        eventually(30, "coordinator a leading", || async {
+            (coordinator_holder(env).await.as_deref() == Some("hooks-co-a")).then_some(())
+        })
+        .await;
+        b.await
+    };
+    tokio::join!(a, b, body);
+    rig.force_delete(run).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_before_rollout_holds_only_its_shim_while_another_rolls_out_at_once() {
+    let _serial = SERIAL.lock().await;
+    let (Some(a), Some(b)) = (
+        Rig::new("hooks-slow-a").await,
+        Rig::new("hooks-slow-b").await,
+    ) else {
+        return;
+    };
+    let env = a.env;
+    let (shim_a, shim_b) = ("hooks-slow-a", "hooks-slow-b");
+    a.force_delete(shim_a).await;
+    a.force_delete(shim_b).await;
+    const SLOW: Duration = Duration::from_secs(8);
+    let server = HookServer::start(script(|c, _| {
+        let mut r = success(&c.kind);
+        r.delay = SLOW;
+        r
+    }))
+    .await;
+    // the extension selects Shim a only (fleet: hooks-slow-a)
+    let _ext = extension(
+        env,
+        shim_a,
+        &server,
+        "[{name: BeforeRollout, timeoutSeconds: 20}]",
+    );
+    let (fa, fb) = (fake(&a.w), fake(&b.w));
+    let (na, nb) = (cluster_node(&a.w, &fa), cluster_node(&b.w, &fb));
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let agent_a = shim_agent::cluster::session::run(&na, a.config(), stop.clone());
+    let agent_b = shim_agent::cluster::session::run(&nb, b.config(), stop.clone());
+    let body = async {
+        eventually(30, "a coordinator", || coordinator_holder(env)).await;
+        let (ok, out) = env.apply(&labelled_shim(&a.w, shim_a, "test: hooks-slow-a"));
+        assert!(ok, "{out}");
+        // the coordinator is asking about Shim a now (8 s to the answer)
+        let asked = eventually(20, "BeforeRollout for Shim a", || async {
+            before_rollout_calls(&server).first().cloned()
+        })
+        .await;
+        let answer_at = asked.at + SLOW;
+        let applied = Instant::now();
+        let (ok, out) = env.apply(&labelled_shim(&b.w, shim_b, "test: hooks-slow-b"));
+        assert!(ok, "{out}");
+        eventually(20, "Shim b installed on its node", || async {
+            (b.label(shim_b).await.as_deref() == Some("true")).then_some(())
+        })
+        .await;
+        let labelled = Instant::now();
+        eprintln!(
+            "Shim b labelled {:?} after its apply; Shim a's answer due in {:?}",
+            labelled - applied,
+            answer_at.saturating_duration_since(labelled)
+        );
+        assert!(
+            labelled < answer_at,
+            "Shim b waited for Shim a's BeforeRollout call ({:?} after its apply)",
+            labelled - applied
+        );
+        assert_eq!(
+            a.label(shim_a).await,
+            None,
+            "Shim a rolled out before its extension answered"
+        );
+        // Shim a goes on once its extension said Success
+        eventually(30, "Shim a installed after its answer", || async {
+            (a.label(shim_a).await.as_deref() == Some("true")).then_some(())
+        })
+        .await;
+        assert!(Instant::now() >= answer_at);
+        assert!(
+            before_rollout_calls(&server)
+                .iter()
+                .all(|c| c.body["shims"][0]["name"] == shim_a),
+            "the extension was asked about Shim b"
+        );
+        let _ = stop_tx.send(true);
+    };
+    let (ra, rb, ()) = tokio::join!(agent_a, agent_b, body);
+    ra.expect("agent a");
+    rb.expect("agent b");
+    a.force_delete(shim_a).await;
+    a.force_delete(shim_b).await;
+}
