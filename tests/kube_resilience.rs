@@ -105,9 +105,12 @@ async fn start_apiserver(rig: &Rig) {
     );
 }
 
+/// The pid of the instance the tests use (`KUBE_ENV_NAME`, as `up.sh` reads it), never another
+/// one's: killing the default instance under someone else's tests is not this test's business.
 fn apiserver_pid() -> Option<i32> {
     let state = std::env::var("KUBE_ENV_STATE").unwrap_or_else(|_| "/var/tmp/kube-env".into());
-    std::fs::read_to_string(format!("{state}/default/run/kube-apiserver.pid"))
+    let name = std::env::var("KUBE_ENV_NAME").unwrap_or_else(|_| "default".into());
+    std::fs::read_to_string(format!("{state}/{name}/run/kube-apiserver.pid"))
         .ok()?
         .trim()
         .parse()
