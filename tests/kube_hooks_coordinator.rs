@@ -1,6 +1,6 @@
-//! BeforeRollout and the coordinator, on the real API server: an approval persisted in the
-//! Shim's status survives a coordinator failover (the extension is not asked twice for a
-//! generation), and a slow extension holds only its own Shim's rollout, not the coordinator's
+//! BeforeRollout and the coordinator, on the real API server: an approval or a refusal
+//! persisted in the Shim's status survives a coordinator failover (the extension is not asked
+//! twice for a generation, and a refused one stays halted), and a slow extension holds only its own Shim's rollout, not the coordinator's
 //! loop. Test extensions over HTTPS on loopback (tests/support/hookserver).
 
 mod support;
@@ -14,7 +14,7 @@ use shim_agent::api::lease::ShimLease;
 use shim_agent::cluster::{COORDINATOR_LEASE, NAMESPACE, coordinator};
 use support::agent_rig::{Rig, cluster_node, fast};
 use support::hooks_kube::{extension, script};
-use support::hookserver::{Call, HookServer, success};
+use support::hookserver::{Call, HookServer, failure, success};
 use support::kube::{KubeEnv, SERIAL, eventually};
 use support::live::{World, fake, shim_yaml};
 
@@ -137,6 +137,80 @@ async fn an_approval_outlives_a_coordinator_failover_and_a_new_generation_is_ask
     let b = async {
         eventually(30, "coordinator a leading", || async {
             (coordinator_holder(env).await.as_deref() == Some("hooks-co-a")).then_some(())
+        })
+        .await;
+        b.await
+    };
+    tokio::join!(a, b, body);
+    rig.force_delete(run).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_refusal_outlives_a_coordinator_failover_without_asking_again() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("hooks-refusal").await else {
+        return;
+    };
+    let env = rig.env;
+    let run = "hooks-refusal";
+    rig.force_delete(run).await;
+    let server = HookServer::start(script(|c, _| failure(&c.kind, "change freeze"))).await;
+    let _ext = extension(env, run, &server, "[{name: BeforeRollout}]");
+    let shims: Api<Shim> = Api::all(rig.admin.clone());
+    let (ok, out) = env.apply(&labelled_shim(&rig.w, run, "no-such-node: \"true\""));
+    assert!(ok, "{out}");
+    let halted_by_refusal = |s: &Shim| {
+        let st = s.status.as_ref()?;
+        let c = st.conditions.as_ref()?.iter().find(|c| {
+            c.type_ == "RolloutHalted" && c.reason.as_deref() == Some("ExtensionRefused")
+        })?;
+        (st.refused_generation == Some(1) && c.status == "True").then(|| c.message.clone())
+    };
+
+    let (kill_a_tx, kill_a) = tokio::sync::oneshot::channel::<()>();
+    let (kill_b_tx, kill_b) = tokio::sync::oneshot::channel::<()>();
+    let body = async {
+        eventually(30, "coordinator a leading", || async {
+            (coordinator_holder(env).await.as_deref() == Some("hooks-rf-a")).then_some(())
+        })
+        .await;
+        let message = eventually(20, "the refusal of generation 1 in the status", || async {
+            halted_by_refusal(&shims.get(run).await.ok()?)
+        })
+        .await;
+        assert!(
+            message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("change freeze"),
+            "{message:?}"
+        );
+        assert_eq!(before_rollout_calls(&server).len(), 1);
+        let _ = kill_a_tx.send(());
+        eventually(30, "coordinator b leading", || async {
+            (coordinator_holder(env).await.as_deref() == Some("hooks-rf-b")).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let calls = before_rollout_calls(&server);
+        assert_eq!(
+            calls.len(),
+            1,
+            "generation 1 was asked again after the failover: {calls:?}"
+        );
+        let s = shims.get(run).await.unwrap();
+        assert!(
+            halted_by_refusal(&s).is_some(),
+            "still halted by the refusal under b: {:?}",
+            s.status
+        );
+        let _ = kill_b_tx.send(());
+    };
+    let a = coordinator_until(env, "hooks-rf-a", kill_a);
+    let b = coordinator_until(env, "hooks-rf-b", kill_b);
+    let b = async {
+        eventually(30, "coordinator a leading", || async {
+            (coordinator_holder(env).await.as_deref() == Some("hooks-rf-a")).then_some(())
         })
         .await;
         b.await

@@ -240,6 +240,11 @@ pub struct ShimStatus {
     /// (docs/design.md §10); a new coordinator does not ask them again for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_generation: Option<i64>,
+    /// The newest generation whose rollout a BeforeRollout extension refused (the
+    /// `RolloutHalted` condition, reason `ExtensionRefused`, carries its message); a new
+    /// coordinator keeps that generation halted without asking again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_generation: Option<i64>,
 }
 
 /// Where the rollout stands: slots, who holds them, failures.

@@ -264,7 +264,15 @@ impl Coordinator {
             &now,
         );
         let approved = self.rollout_hooks.approved(shim);
-        let status = with_hold(status, &hold, approved, shim.status.as_ref(), &now);
+        let generation = shim.metadata.generation.unwrap_or_default();
+        let status = with_hold(
+            status,
+            &hold,
+            approved,
+            generation,
+            shim.status.as_ref(),
+            &now,
+        );
         let mut due = hold.due();
         if shim.status.as_ref() != Some(&status) {
             let last = self.last_status_write.get(&name).copied();

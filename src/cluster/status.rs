@@ -153,6 +153,7 @@ pub fn compute_status(
         conditions: Some(conds),
         rollout: None,
         approved_generation: None,
+        refused_generation: None,
     }
 }
 

@@ -11,13 +11,14 @@
 //! - An approval is persisted: the coordinator writes the approved generation into the
 //!   Shim's `status.approvedGeneration` (with the rest of its status), and a coordinator
 //!   that finds it there for the current generation trusts it without asking again (a
-//!   failover does not ask twice). A new generation is asked again.
+//!   failover does not ask twice). A new generation is asked again. A refusal is persisted
+//!   the same way (`status.refusedGeneration`, its message in the `RolloutHalted`
+//!   condition): a new coordinator keeps that generation halted without asking ([`persisted`]).
 //! - Without BeforeRollout extensions for a Shim: [`Hold::Go`] at once, no request, no task.
 //!
 //! # Caveats
-//! - A deferral and a refusal live in memory: a new coordinator asks again for them. An
-//!   approval the old coordinator had not yet written (its status writes are throttled) is
-//!   asked again too.
+//! - A deferral lives in memory: a new coordinator asks again. An answer the old coordinator
+//!   had not yet written (its status writes are throttled) is asked again too.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -116,11 +117,11 @@ impl RolloutHooks {
             }
             _ => {}
         }
-        let persisted = shim.status.as_ref().and_then(|s| s.approved_generation);
-        if persisted == Some(generation) {
-            tracing::debug!(shim = %name, generation, "BeforeRollout approved this generation already (status)");
-            self.set(&name, generation, Hold::Go, true);
-            return Hold::Go;
+        if let Some(hold) = persisted(shim) {
+            tracing::debug!(shim = %name, generation, ?hold, "BeforeRollout answered this generation already (status)");
+            let approved = hold == Hold::Go;
+            self.set(&name, generation, hold.clone(), approved);
+            return hold;
         }
         // the cache synced (or there is no CRD): no extension, no task
         if self.hooks.known()
@@ -192,6 +193,30 @@ impl RolloutHooks {
             );
         }
     }
+}
+
+/// The answer `shim`'s status records for its current generation: approved (`Go`), or refused
+/// with the message of its `RolloutHalted` condition. A coordinator trusts it, so a failover
+/// neither asks again for an approved generation nor lets a refused one through.
+pub fn persisted(shim: &Shim) -> Option<Hold> {
+    let generation = shim.metadata.generation.unwrap_or_default();
+    let status = shim.status.as_ref()?;
+    if status.approved_generation == Some(generation) {
+        return Some(Hold::Go);
+    }
+    if status.refused_generation != Some(generation) {
+        return None;
+    }
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| {
+            c.type_ == "RolloutHalted"
+                && c.status == "True"
+                && c.reason.as_deref() == Some("ExtensionRefused")
+        })
+        .map(|c| Hold::Refused(c.message.clone().unwrap_or_default()))
 }
 
 /// Ask `shim`'s BeforeRollout extensions (all at once): the hold, and whether extensions
@@ -312,10 +337,13 @@ async fn publish(recorder: &Recorder, shim: &Shim, ext: &str, v: &Verdict, took:
 ///
 /// `approved`: the generation the extensions approved now, if any; the last approved one
 /// is kept in `approvedGeneration` (a new coordinator trusts it).
+/// `generation`: the one `hold` is about (a refusal is kept in `refusedGeneration`, trusted
+/// likewise).
 pub fn with_hold(
     mut status: ShimStatus,
     hold: &Hold,
     approved: Option<i64>,
+    generation: i64,
     previous: Option<&ShimStatus>,
     now: &Time,
 ) -> ShimStatus {
@@ -371,7 +399,9 @@ pub fn with_hold(
         }
         _ => {}
     }
+    status.refused_generation = previous.and_then(|p| p.refused_generation);
     if let Hold::Refused(m) = hold {
+        status.refused_generation = Some(generation);
         let mut c = cond("RolloutHalted", "True", "ExtensionRefused", m.clone());
         c.severity = Some("Error".into());
         set(conds, c);
@@ -393,6 +423,7 @@ mod tests {
             ShimStatus::default(),
             &Hold::Refused("freeze".into()),
             None,
+            1,
             None,
             &now,
         );
@@ -404,6 +435,7 @@ mod tests {
             ShimStatus::default(),
             &Hold::Deferred(Instant::now(), "busy".into()),
             None,
+            1,
             None,
             &now,
         );
@@ -412,7 +444,7 @@ mod tests {
         assert_eq!(deferred.status, "True");
         assert!(deferred.message.as_deref().unwrap().contains("busy"));
         assert!(!c.iter().any(|c| c.type_ == "RolloutHalted"));
-        let go = with_hold(ShimStatus::default(), &Hold::Go, None, Some(&d), &now);
+        let go = with_hold(ShimStatus::default(), &Hold::Go, None, 1, Some(&d), &now);
         let c = go.conditions.as_ref().unwrap();
         assert_eq!(
             c.iter()
@@ -422,7 +454,7 @@ mod tests {
             "False"
         );
         // never deferred: no condition at all
-        let plain = with_hold(ShimStatus::default(), &Hold::Go, None, None, &now);
+        let plain = with_hold(ShimStatus::default(), &Hold::Go, None, 1, None, &now);
         assert!(plain.conditions.unwrap_or_default().is_empty());
     }
 
@@ -433,6 +465,7 @@ mod tests {
             ShimStatus::default(),
             &Hold::Deferred(Instant::now(), "busy".into()),
             None,
+            1,
             None,
             &now,
         );
@@ -440,6 +473,7 @@ mod tests {
             ShimStatus::default(),
             &Hold::Asking(Instant::now()),
             None,
+            1,
             Some(&deferred),
             &now,
         );
@@ -448,17 +482,19 @@ mod tests {
             ShimStatus::default(),
             &Hold::Asking(Instant::now()),
             None,
+            1,
             None,
             &now,
         );
         assert!(fresh.conditions.unwrap_or_default().is_empty());
         // approved now: recorded; later statuses keep it until another is approved
-        let approved = with_hold(ShimStatus::default(), &Hold::Go, Some(4), None, &now);
+        let approved = with_hold(ShimStatus::default(), &Hold::Go, Some(4), 1, None, &now);
         assert_eq!(approved.approved_generation, Some(4));
         let later = with_hold(
             ShimStatus::default(),
             &Hold::Asking(Instant::now()),
             None,
+            1,
             Some(&approved),
             &now,
         );
@@ -467,9 +503,55 @@ mod tests {
             ShimStatus::default(),
             &Hold::Go,
             Some(5),
+            1,
             Some(&later),
             &now,
         );
         assert_eq!(next.approved_generation, Some(5));
+    }
+
+    #[test]
+    fn a_refusal_is_persisted_for_its_generation_and_trusted_as_an_approval_is() {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let refused = with_hold(
+            ShimStatus::default(),
+            &Hold::Refused("change freeze".into()),
+            None,
+            3,
+            None,
+            &now,
+        );
+        assert_eq!(refused.refused_generation, Some(3));
+        let shim = |generation: i64, status: &ShimStatus| {
+            let y = format!(
+                "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s, generation: {generation}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
+                "a".repeat(64)
+            );
+            let mut s = crate::api::load::parse_shims(&y, "t.yaml")
+                .unwrap()
+                .remove(0);
+            s.status = Some(status.clone());
+            s
+        };
+        assert_eq!(
+            persisted(&shim(3, &refused)),
+            Some(Hold::Refused("change freeze".into()))
+        );
+        // a new generation is asked again
+        assert_eq!(persisted(&shim(4, &refused)), None);
+        // approved: trusted; an approval of another generation is not
+        let approved = with_hold(ShimStatus::default(), &Hold::Go, Some(4), 4, None, &now);
+        assert_eq!(persisted(&shim(4, &approved)), Some(Hold::Go));
+        assert_eq!(persisted(&shim(5, &approved)), None);
+        // the refusal is kept through later statuses (asking, going) of other generations
+        let later = with_hold(
+            ShimStatus::default(),
+            &Hold::Asking(Instant::now()),
+            None,
+            4,
+            Some(&refused),
+            &now,
+        );
+        assert_eq!(later.refused_generation, Some(3));
     }
 }
