@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use shim_agent::api::Shim;
-use shim_agent::api::lease::ShimLease;
-use shim_agent::cluster::{COORDINATOR_LEASE, NAMESPACE, coordinator};
+use shim_agent::cluster::coordinator;
 use support::agent_rig::{Rig, cluster_node, fast};
 use support::hooks_kube::{extension, script};
 use support::hookserver::{Call, HookServer, failure, success};
@@ -38,13 +37,37 @@ fn before_rollout_calls(server: &HookServer) -> Vec<Call> {
 }
 
 async fn coordinator_holder(env: &KubeEnv) -> Option<String> {
-    Api::<ShimLease>::namespaced(env.admin_client().await, NAMESPACE)
-        .get_opt(COORDINATOR_LEASE)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec.holder_identity)
-        .filter(|h| !h.is_empty())
+    support::agent_rig::coordinator_holder(&env.admin_client().await).await
+}
+
+/// Until `identity` holds the coordinator Lease.
+async fn leads(env: &KubeEnv, identity: &str) {
+    eventually(30, &format!("coordinator {identity} leading"), || async {
+        (coordinator_holder(env).await.as_deref() == Some(identity)).then_some(())
+    })
+    .await;
+}
+
+/// Coordinators `a` and `b` while `body` runs: `a` wins the first election (`b` contends
+/// once `a` leads, as every other agent does); `body` is handed the means to kill `a` (a
+/// crash: no release) and `b` is killed when `body` ends.
+async fn failover<F: std::future::Future<Output = ()>>(
+    env: &KubeEnv,
+    a: &str,
+    b: &str,
+    body: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> F,
+) {
+    let (kill_a_tx, kill_a) = tokio::sync::oneshot::channel::<()>();
+    let (kill_b_tx, kill_b) = tokio::sync::oneshot::channel::<()>();
+    let run_b = async {
+        leads(env, a).await;
+        coordinator_until(env, b, kill_b).await
+    };
+    let body = async {
+        body(kill_a_tx).await;
+        let _ = kill_b_tx.send(());
+    };
+    tokio::join!(coordinator_until(env, a, kill_a), run_b, body);
 }
 
 /// Run a coordinator as `identity` until `kill` fires (its future dropped: no release, as a
@@ -78,14 +101,9 @@ async fn an_approval_outlives_a_coordinator_failover_and_a_new_generation_is_ask
     let (ok, out) = env.apply(&labelled_shim(&rig.w, run, "no-such-node: \"true\""));
     assert!(ok, "{out}");
 
-    let (kill_a_tx, kill_a) = tokio::sync::oneshot::channel::<()>();
-    let (kill_b_tx, kill_b) = tokio::sync::oneshot::channel::<()>();
-    let body = async {
+    failover(env, "hooks-co-a", "hooks-co-b", |kill_a| async move {
         // coordinator a asks once and persists the approval of generation 1
-        eventually(30, "coordinator a leading", || async {
-            (coordinator_holder(env).await.as_deref() == Some("hooks-co-a")).then_some(())
-        })
-        .await;
+        leads(env, "hooks-co-a").await;
         eventually(
             20,
             "the approval of generation 1 in the Shim's status",
@@ -97,11 +115,8 @@ async fn an_approval_outlives_a_coordinator_failover_and_a_new_generation_is_ask
         .await;
         assert_eq!(before_rollout_calls(&server).len(), 1);
         // a dies; b takes over
-        let _ = kill_a_tx.send(());
-        eventually(30, "coordinator b leading", || async {
-            (coordinator_holder(env).await.as_deref() == Some("hooks-co-b")).then_some(())
-        })
-        .await;
+        let _ = kill_a.send(());
+        leads(env, "hooks-co-b").await;
         // b reconciles at once once its caches synced; it must not ask for generation 1
         tokio::time::sleep(Duration::from_secs(3)).await;
         let calls = before_rollout_calls(&server);
@@ -128,20 +143,8 @@ async fn an_approval_outlives_a_coordinator_failover_and_a_new_generation_is_ask
             (s.status?.approved_generation == Some(2)).then_some(())
         })
         .await;
-        let _ = kill_b_tx.send(());
-    };
-    let a = coordinator_until(env, "hooks-co-a", kill_a);
-    // b contends from the start, as every agent does
-    let b = coordinator_until(env, "hooks-co-b", kill_b);
-    // a must win the first election: b starts once a leads
-    let b = async {
-        eventually(30, "coordinator a leading", || async {
-            (coordinator_holder(env).await.as_deref() == Some("hooks-co-a")).then_some(())
-        })
-        .await;
-        b.await
-    };
-    tokio::join!(a, b, body);
+    })
+    .await;
     rig.force_delete(run).await;
 }
 
@@ -167,13 +170,8 @@ async fn a_refusal_outlives_a_coordinator_failover_without_asking_again() {
         (st.refused_generation == Some(1) && c.status == "True").then(|| c.message.clone())
     };
 
-    let (kill_a_tx, kill_a) = tokio::sync::oneshot::channel::<()>();
-    let (kill_b_tx, kill_b) = tokio::sync::oneshot::channel::<()>();
-    let body = async {
-        eventually(30, "coordinator a leading", || async {
-            (coordinator_holder(env).await.as_deref() == Some("hooks-rf-a")).then_some(())
-        })
-        .await;
+    failover(env, "hooks-rf-a", "hooks-rf-b", |kill_a| async move {
+        leads(env, "hooks-rf-a").await;
         let message = eventually(20, "the refusal of generation 1 in the status", || async {
             halted_by_refusal(&shims.get(run).await.ok()?)
         })
@@ -186,11 +184,8 @@ async fn a_refusal_outlives_a_coordinator_failover_without_asking_again() {
             "{message:?}"
         );
         assert_eq!(before_rollout_calls(&server).len(), 1);
-        let _ = kill_a_tx.send(());
-        eventually(30, "coordinator b leading", || async {
-            (coordinator_holder(env).await.as_deref() == Some("hooks-rf-b")).then_some(())
-        })
-        .await;
+        let _ = kill_a.send(());
+        leads(env, "hooks-rf-b").await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let calls = before_rollout_calls(&server);
         assert_eq!(
@@ -204,18 +199,8 @@ async fn a_refusal_outlives_a_coordinator_failover_without_asking_again() {
             "still halted by the refusal under b: {:?}",
             s.status
         );
-        let _ = kill_b_tx.send(());
-    };
-    let a = coordinator_until(env, "hooks-rf-a", kill_a);
-    let b = coordinator_until(env, "hooks-rf-b", kill_b);
-    let b = async {
-        eventually(30, "coordinator a leading", || async {
-            (coordinator_holder(env).await.as_deref() == Some("hooks-rf-a")).then_some(())
-        })
-        .await;
-        b.await
-    };
-    tokio::join!(a, b, body);
+    })
+    .await;
     rig.force_delete(run).await;
 }
 

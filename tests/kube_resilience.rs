@@ -5,21 +5,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kube::Api;
-use shim_agent::api::lease::ShimLease;
-use shim_agent::cluster::{COORDINATOR_LEASE, NAMESPACE, STATE_ANNOTATION, node_label};
+use shim_agent::cluster::{STATE_ANNOTATION, node_label};
 use support::agent_rig::{Rig, cluster_node, fast, with_agent};
 use support::kube::{SERIAL, eventually};
 use support::live::{fake, shim_yaml};
 
 async fn holder(rig: &Rig) -> Option<String> {
-    Api::<ShimLease>::namespaced(rig.admin.clone(), NAMESPACE)
-        .get_opt(COORDINATOR_LEASE)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec.holder_identity)
-        .filter(|h| !h.is_empty())
+    support::agent_rig::coordinator_holder(&rig.admin).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,3 +150,17 @@ pub async fn with_agent<Fut: std::future::Future<Output = ()>>(
     let (result, ()) = tokio::join!(agent, body);
     result.expect("agent session");
 }
+
+/// The node holding the coordinator Lease, if any.
+pub async fn coordinator_holder(client: &kube::Client) -> Option<String> {
+    kube::Api::<shim_agent::api::lease::ShimLease>::namespaced(
+        client.clone(),
+        shim_agent::cluster::NAMESPACE,
+    )
+    .get_opt(shim_agent::cluster::COORDINATOR_LEASE)
+    .await
+    .ok()
+    .flatten()
+    .and_then(|l| l.spec.holder_identity)
+    .filter(|h| !h.is_empty())
+}
