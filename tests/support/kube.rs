@@ -31,11 +31,36 @@ pub fn kube_env() -> Option<&'static KubeEnv> {
     ENV.get_or_init(start).as_ref()
 }
 
+/// Where kube-env's scripts are (`KUBE_ENV_DIR`, or the shared copy beside the repository).
+fn kube_env_dir() -> PathBuf {
+    std::env::var_os("KUBE_ENV_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kube-env"))
+}
+
+/// Run `up.sh` (with `vars` for an instance of its own) and describe the instance it started.
+fn up(dir: PathBuf, vars: &[(&'static str, String)], what: &str) -> Option<KubeEnv> {
+    let out = Command::new(dir.join("up.sh"))
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run up.sh");
+    assert!(
+        out.status.success(),
+        "{what} did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let admin = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last()?.trim());
+    let state = std::env::var("KUBE_ENV_STATE").unwrap_or_else(|_| "/var/tmp/kube-env".into());
+    Some(KubeEnv {
+        dir,
+        admin,
+        kubectl: PathBuf::from(state).join("bin/kubectl"),
+    })
+}
+
 fn start() -> Option<KubeEnv> {
     let required = std::env::var("SHIM_AGENT_REQUIRE_KUBE_ENV").is_ok_and(|v| v == "1");
-    let dir = std::env::var_os("KUBE_ENV_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kube-env"));
+    let dir = kube_env_dir();
     if !dir.join("up.sh").exists() || std::env::var("SHIM_AGENT_KUBE_ENV").is_ok_and(|v| v == "0") {
         assert!(
             !required,
@@ -48,19 +73,7 @@ fn start() -> Option<KubeEnv> {
         );
         return None;
     }
-    let out = Command::new(dir.join("up.sh")).output().expect("run up.sh");
-    assert!(
-        out.status.success(),
-        "kube env did not start: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let admin = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last()?.trim());
-    let state = std::env::var("KUBE_ENV_STATE").unwrap_or_else(|_| "/var/tmp/kube-env".into());
-    let env = KubeEnv {
-        dir,
-        admin,
-        kubectl: PathBuf::from(state).join("bin/kubectl"),
-    };
+    let env = up(dir, &[], "kube env")?;
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/manifests.yaml");
     let out = env.kubectl(&[
         "apply",
@@ -212,9 +225,6 @@ impl Instance {
     /// and no controller manager.
     pub fn start(name: &str, port: u16, etcd: u16) -> Option<Instance> {
         kube_env()?;
-        let dir = std::env::var_os("KUBE_ENV_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kube-env"));
         let vars = vec![
             ("KUBE_ENV_NAME", name.to_string()),
             ("KUBE_ENV_PORT", port.to_string()),
@@ -222,22 +232,7 @@ impl Instance {
             ("KUBE_ENV_ETCD_PEER_PORT", (etcd + 10).to_string()),
             ("KUBE_ENV_NO_KCM", "1".to_string()),
         ];
-        let out = Command::new(dir.join("up.sh"))
-            .envs(vars.iter().map(|(k, v)| (k, v)))
-            .output()
-            .expect("run up.sh");
-        assert!(
-            out.status.success(),
-            "kube env instance {name} did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let admin = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last()?.trim());
-        let state = std::env::var("KUBE_ENV_STATE").unwrap_or_else(|_| "/var/tmp/kube-env".into());
-        let env = KubeEnv {
-            dir,
-            admin,
-            kubectl: PathBuf::from(state).join("bin/kubectl"),
-        };
+        let env = up(kube_env_dir(), &vars, &format!("kube env instance {name}"))?;
         Some(Instance { env, vars })
     }
 
