@@ -23,7 +23,7 @@ use crate::api::lease::{ShimLease, ShimLeaseSpec};
 use crate::api::{Shim, ShimStatus};
 
 /// The slots of `shim` the coordinator sees, with their Leases.
-pub fn slots_of(shim: &str, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
+pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
     leases
         .state()
         .iter()
@@ -42,7 +42,7 @@ impl Rollout {
     pub fn of(shim: &Shim, nodes: &[NodeView], leases: &Store<ShimLease>) -> Rollout {
         let targeted = nodes.iter().filter(|n| targets(shim, &n.labels)).count() as u32;
         let limits = limits(shim, targeted);
-        let slots = slots_of(&shim.name_any(), leases);
+        let slots = slots_of(shim, leases);
         let plain: Vec<Slot> = slots.iter().map(|(s, _)| s.clone()).collect();
         let halted = halted(
             &plain,

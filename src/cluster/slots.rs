@@ -129,11 +129,27 @@ impl Slot {
 
 /// A slot Lease of `shim` as a [`Slot`] (`None` for another Shim's, or a Lease that is no
 /// slot). An unreadable failure mark still counts as a failure.
-pub fn slot_of(shim: &str, lease: &ShimLease) -> Option<Slot> {
+///
+/// A Lease owned by another Shim of the same name is not this one's: a Shim deleted and
+/// created again under its name must not inherit the old one's holders, failures or closed
+/// slots, which stay until the garbage collector removes them with their owner.
+pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
+    let name = shim.metadata.name.as_deref()?;
     let labels = lease.metadata.labels.as_ref()?;
-    if labels.get(SLOT_SHIM_LABEL).map(String::as_str) != Some(shim) {
+    if labels.get(SLOT_SHIM_LABEL).map(String::as_str) != Some(name) {
         return None;
     }
+    if let Some(uid) = shim.metadata.uid.as_deref()
+        && lease
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Shim" && o.uid != uid)
+    {
+        return None;
+    }
+    let shim = name;
     let index = slot_index(shim, lease.metadata.name.as_deref()?)?;
     let ann = lease.metadata.annotations.as_ref();
     let failed = ann.and_then(|a| a.get(SLOT_FAILED)).map(|v| {

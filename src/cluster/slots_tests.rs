@@ -386,3 +386,36 @@ async fn staleness_runs_on_the_observers_clock_and_only_with_a_timeout() {
         "a free slot is not stale"
     );
 }
+
+#[test]
+fn a_shim_created_again_under_its_name_does_not_inherit_the_old_ones_slots() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    let mut now = shim("");
+    now.metadata.uid = Some("uid-new".into());
+    let lease = |owner_uid: Option<&str>| {
+        let mut l = ShimLease::new(&slot_name("s", 0), Default::default());
+        l.metadata.labels = Some([(SLOT_SHIM_LABEL.to_string(), "s".to_string())].into());
+        l.metadata.owner_references = owner_uid.map(|u| {
+            vec![OwnerReference {
+                api_version: "containerd.x-k8s.io/v1alpha1".into(),
+                kind: "Shim".into(),
+                name: "s".into(),
+                uid: u.into(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]
+        });
+        l.spec.holder_identity = Some("node-a".into());
+        l
+    };
+    // the deleted Shim's slot, not yet collected: not this Shim's
+    assert_eq!(slot_of(&now, &lease(Some("uid-old"))), None);
+    let ours = slot_of(&now, &lease(Some("uid-new"))).expect("its own slot");
+    assert_eq!((ours.index, ours.holder.as_deref()), (0, Some("node-a")));
+    // a Lease without a Shim owner is matched by its label and name
+    assert!(slot_of(&now, &lease(None)).is_some());
+    // another Shim's label: never
+    let mut other = shim("");
+    other.metadata.name = Some("t".into());
+    assert_eq!(slot_of(&other, &lease(Some("uid-new"))), None);
+}

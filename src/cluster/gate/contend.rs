@@ -103,7 +103,7 @@ impl SlotGate<'_> {
             .leases
             .iter()
             .filter_map(|l| {
-                let i = slot_of(&name, l)?.index;
+                let i = slot_of(shim, l)?.index;
                 seen.candidates.contains(&i).then(|| {
                     let watched = Watched {
                         lease: l.clone(),
@@ -119,7 +119,7 @@ impl SlotGate<'_> {
             // The claim this node would make: the first free open candidate, at its time.
             let target = seen.candidates.iter().find_map(|i| {
                 let w = view.get(i)?;
-                let s = slot_of(&name, &w.lease)?;
+                let s = slot_of(shim, &w.lease)?;
                 (s.is_free() && s.is_open() && !w.lost).then(|| {
                     let window = claim_window(&self.latest(shim), seen.n, self.timings);
                     let at =
@@ -137,7 +137,7 @@ impl SlotGate<'_> {
                 ev = events.next() => {
                     let next = match ev {
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
-                            self.observe(&name, seen.n, &mut view, l)
+                            self.observe(shim, seen.n, &mut view, l)
                         }
                         Some(Ok(WatchEvent::Bookmark(_))) => Next::Keep,
                         // deleted, an error, or the watch ended
@@ -167,7 +167,13 @@ impl SlotGate<'_> {
     }
 
     /// Keep the newer version of a candidate slot, or say the candidates must be chosen anew.
-    fn observe(&self, shim: &str, n: u32, view: &mut BTreeMap<u32, Watched>, l: ShimLease) -> Next {
+    fn observe(
+        &self,
+        shim: &Shim,
+        n: u32,
+        view: &mut BTreeMap<u32, Watched>,
+        l: ShimLease,
+    ) -> Next {
         let Some(s) = slot_of(shim, &l) else {
             return Next::Relist;
         };
@@ -175,7 +181,7 @@ impl SlotGate<'_> {
         let n_changed = s.count.is_some_and(|c| c != n);
         // held by a failed node: it stays taken until the rollout moves on
         let failed = !s.is_free() && s.failed.is_some();
-        if retired || n_changed || failed || slot_index(shim, &l.name_any()).is_none() {
+        if retired || n_changed || failed || slot_index(&shim.name_any(), &l.name_any()).is_none() {
             return Next::Relist;
         }
         let w = view.entry(s.index).or_insert_with(|| Watched {

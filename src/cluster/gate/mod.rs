@@ -231,7 +231,7 @@ impl<'a> SlotGate<'a> {
                 .map_err(|e| format!("cannot list the slots of {name}: {e}"))?;
             let rv = list.metadata.resource_version.clone().unwrap_or_default();
             let leases: Vec<ShimLease> = list.items;
-            let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(&name, l)).collect();
+            let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
             let n = slots
                 .iter()
                 .filter(|s| s.closed.as_deref() != Some("retired"))
@@ -246,7 +246,7 @@ impl<'a> SlotGate<'a> {
                 Claim::Adopt(i) => {
                     let Some(l) = leases
                         .iter()
-                        .find(|l| slot_of(&name, l).is_some_and(|s| s.index == i))
+                        .find(|l| slot_of(shim, l).is_some_and(|s| s.index == i))
                     else {
                         continue;
                     };
