@@ -36,8 +36,9 @@ fn with(from: &str, to: &str) -> String {
 #[test]
 fn the_server_refuses_each_bad_shim_with_the_rule_message() {
     let Some(env) = kube_env() else { return };
+    let dir = tempfile::tempdir().unwrap();
     let dry = |yaml: &str| {
-        let path = std::env::temp_dir().join(format!("kapi-{}.yaml", std::process::id()));
+        let path = dir.path().join("shim.yaml");
         std::fs::write(&path, yaml).unwrap();
         env.kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()])
     };
