@@ -103,6 +103,14 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(500),
     );
+    // errors only (RUST_LOG to see more): the fleet's test default would print the
+    // coordinator's every decision here
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .try_init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

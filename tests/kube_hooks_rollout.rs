@@ -180,7 +180,12 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
     };
     let (r, ()) = tokio::join!(fleet, poll);
     eprintln!("{}", r.summary());
-    assert!(r.halted);
+    assert!(
+        r.halted,
+        "not halted; the extension was called {} times; the Shim's status: {:#?}",
+        server.calls().len(),
+        r.status
+    );
     assert_eq!(r.installed, 0);
     assert_eq!(r.restarts, 0);
     let m = message.borrow().clone().unwrap_or_default();

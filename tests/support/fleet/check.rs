@@ -78,8 +78,9 @@ pub struct Host {
     pub t0: Instant,
     pub slots: Api<ShimLease>,
     pub shim: String,
-    /// Set when this host's agent is to be killed (during its restart, or as the coordinator).
-    pub crash: Rc<Cell<bool>>,
+    /// Notified when this host's agent is to be killed (during its restart, or as the
+    /// coordinator); a notification before the agent waits for it is kept.
+    pub crash: Rc<tokio::sync::Notify>,
     /// How long a killed agent stays down.
     pub down_for: Cell<Duration>,
     /// This node's clock skew (as its agent writes times).
@@ -126,7 +127,7 @@ impl Restarter for &Host {
                 .await;
         }
         if self.crash_on_restart.replace(false) {
-            self.crash.set(true);
+            self.crash.notify_one();
         }
         (&self.inner).restart(unit).await
     }

@@ -104,6 +104,8 @@ pub struct FleetReport {
     pub halted: bool,
     pub slot_events: usize,
     pub violations: Vec<String>,
+    /// The Shim's status as last read before the end (for a failing test's message).
+    pub status: Option<shim_agent::api::ShimStatus>,
     /// (seconds since start, restarting, holders) at every change.
     pub timeline: Vec<(f64, usize, usize)>,
 }
@@ -149,8 +151,15 @@ fn allow_inotify(agents: usize) {
 
 /// Run a whole rollout and report it.
 pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
+    // the coordinator's and the hooks' decisions, shown with a failing test's output (the
+    // test writer is captured); RUST_LOG replaces this
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "error,shim_agent::cluster::coordinator=debug,shim_agent::cluster::election=info,shim_agent::hooks::rollout=debug",
+        )
+    });
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(filter)
         .with_test_writer()
         .try_init();
     allow_inotify(cfg.agents);
@@ -214,7 +223,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                 t0,
                 slots: Api::namespaced(admin.clone(), NAMESPACE),
                 shim: cfg.run.clone(),
-                crash: Rc::new(Cell::new(false)),
+                crash: Rc::new(tokio::sync::Notify::new()),
                 down_for: Cell::new(Duration::from_millis(500)),
                 skew_secs: skew(i),
                 crash_on_restart: Cell::new(cfg.crashing.contains(&i)),
@@ -258,14 +267,9 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                         }
                         return;
                     }
-                    _ = async {
-                        while !host.crash.get() {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    } => {}
+                    _ = host.crash.notified() => {}
                 }
                 // killed mid-restart: start again a moment later
-                host.crash.set(false);
                 tokio::time::sleep(host.down_for.get()).await;
             }
         }
@@ -289,6 +293,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         let mut resized = None;
         let mut failover: Option<(String, Option<Instant>)> = None;
         let mut resumed = false;
+        let mut last_status;
         loop {
             let installed = nodes
                 .list(&lp)
@@ -306,7 +311,8 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == "RolloutHalted"))
                 .is_some_and(|c| c.status == "True");
-            let published_n = status.and_then(|s| s.rollout?.slots);
+            let published_n = status.as_ref().and_then(|s| s.rollout.as_ref()?.slots);
+            last_status = status;
             if let Some((after, mu, n)) = &cfg.resize {
                 if resized.is_none() && installed >= *after {
                     let patch = serde_json::json!({"spec": {"rolloutStrategy": {"rolling": {"maxUpdate": serde_yaml::from_str::<serde_json::Value>(mu).unwrap()}}}});
@@ -337,7 +343,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                         {
                             // down past the lease, so a successor must take over
                             hosts[i].down_for.set(Duration::from_secs(8));
-                            hosts[i].crash.set(true);
+                            hosts[i].crash.notify_one();
                             failover = Some((c, None));
                         }
                     }
@@ -399,12 +405,12 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                         .push("a deleted Node still holds its slot".into());
                 }
                 let _ = stop_tx.send(true);
-                return (installed, halted || resumed);
+                return (installed, halted || resumed, last_status);
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     };
-    let ((installed, halted), _) = tokio::join!(body, agents);
+    let ((installed, halted, status), _) = tokio::join!(body, agents);
     let elapsed = t0.elapsed();
     // leave the cluster as it was: the Shim (its slots go with it) and the Nodes
     force_delete_shim(&admin, &cfg.run).await;
@@ -422,6 +428,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         halted,
         slot_events: s.slot_events,
         violations: s.violations.clone(),
+        status,
         timeline: s.timeline.clone(),
     }
 }
