@@ -92,44 +92,52 @@ pub struct Host {
 
 impl Restarter for &Host {
     async fn restart(&self, unit: &str) -> Result<(), String> {
-        // A restart needs this node's slot, renewed within the last few seconds.
-        let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={}", self.shim));
-        // Renewed within the last 10 s by this node's own (skewed) clock: the renewal that
-        // must come right before a restart.
-        let now = k8s_openapi::jiff::Timestamp::now().as_second() + self.skew_secs;
-        let fresh = match self.slots.list(&lp).await {
-            Ok(list) => list.items.iter().any(|l| {
-                l.spec.holder_identity.as_deref() == Some(&self.name)
-                    && l.annotations().get(SLOT_FREED).is_none()
-                    && l.spec
-                        .renew_time
-                        .as_ref()
-                        .is_some_and(|t| (now - t.0.as_second()).abs() <= 10)
-            }),
-            Err(_) => true, // the API server is busy: cannot tell, do not count
-        };
-        if !fresh {
-            note(&self.shared, self.t0, |s| {
-                s.violations.push(format!(
-                    "{} restarted containerd without a slot renewed just before",
-                    self.name
-                ))
-            });
-        }
+        // A restart needs this node's slot, renewed right before it. The read-back runs
+        // beside the restart (a harness must not lengthen the path it measures), and the
+        // restart returns only once it is done, so the node cannot release meanwhile.
+        let began = k8s_openapi::jiff::Timestamp::now().as_second() + self.skew_secs;
         // A deleted Node's slot is freed for another node while this host may still be
         // restarting: from then on this host is not one of the fleet's nodes.
         let deleting = self.delete_on_restart.replace(false);
         let _counted = (!deleting).then(|| Restarting::start(&self.shared, self.t0));
-        if deleting {
-            let _ = self
-                .nodes
-                .delete(&self.name, &DeleteParams::default())
-                .await;
-        }
-        if self.crash_on_restart.replace(false) {
-            self.crash.notify_one();
-        }
-        (&self.inner).restart(unit).await
+        let check = async {
+            let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={}", self.shim));
+            // Renewed by this node's own (skewed) clock within the 10 s before the restart
+            // began, and not after it.
+            let fresh = match self.slots.list(&lp).await {
+                Ok(list) => list.items.iter().any(|l| {
+                    l.spec.holder_identity.as_deref() == Some(&self.name)
+                        && l.annotations().get(SLOT_FREED).is_none()
+                        && l.spec
+                            .renew_time
+                            .as_ref()
+                            .is_some_and(|t| (0..=10).contains(&(began - t.0.as_second())))
+                }),
+                Err(_) => true, // the API server is busy: cannot tell, do not count
+            };
+            if !fresh {
+                note(&self.shared, self.t0, |s| {
+                    s.violations.push(format!(
+                        "{} restarted containerd without a slot renewed just before",
+                        self.name
+                    ))
+                });
+            }
+        };
+        let restart = async {
+            if deleting {
+                let _ = self
+                    .nodes
+                    .delete(&self.name, &DeleteParams::default())
+                    .await;
+            }
+            if self.crash_on_restart.replace(false) {
+                self.crash.notify_one();
+            }
+            (&self.inner).restart(unit).await
+        };
+        let ((), r) = tokio::join!(check, restart);
+        r
     }
 }
 
