@@ -10,6 +10,8 @@
 //!
 //! `cargo bench --bench fleet` runs `FLEET_RUNS` (default `1000:1,1000:10,1000:5%,1000:50`,
 //! each `agents:maxUpdate`) with `FLEET_RESTART_MS` (default 500). Needs the kube env.
+//! `FLEET_PER_RIVAL_MS` and `FLEET_CANDIDATES` override the agents' claim spacing and
+//! candidate count (their defaults: `GateTimings::default()`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -90,6 +92,10 @@ fn proc_usage(pid: u32) -> (f64, f64, f64) {
     (cpu / ticks, kib("VmRSS:"), kib("VmHWM:"))
 }
 
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 fn main() {
     let Some(env) = kube_env() else {
         eprintln!("no kube env: nothing measured");
@@ -132,6 +138,13 @@ fn main() {
         cfg.deadline = Duration::from_secs(3600);
         // the agent's own defaults: status at most every 2 s, 15 s coordinator lease
         cfg.coordinator = shim_agent::cluster::coordinator::CoordinatorConfig::default();
+        // a study of the hand-off's knobs: FLEET_PER_RIVAL_MS, FLEET_CANDIDATES
+        if let Some(ms) = env_u64("FLEET_PER_RIVAL_MS") {
+            cfg.gate.per_rival = Duration::from_millis(ms);
+        }
+        if let Some(c) = env_u64("FLEET_CANDIDATES") {
+            cfg.gate.candidates = c as usize;
+        }
         let pid = apiserver_pid(env);
         let before = metrics(env);
         let cpu0 = pid.map(|p| proc_usage(p).0).unwrap_or(0.0);

@@ -49,7 +49,10 @@ pub struct GateTimings {
     pub candidates: usize,
     /// Longest hashed delay before a claim when few nodes wait.
     pub claim_delay_max: Duration,
-    /// Room per rival node in the claim window (about one API round trip under load).
+    /// Room per rival node in the claim window: the spacing of rivals' claims, about one
+    /// API round trip (a write and its watch event). Shorter lands the first claim sooner
+    /// after a release and costs more 409s from rivals that had not yet seen it taken
+    /// (BENCHMARKS.md: 10 ms against 25 ms and 5 ms with 1000 agents).
     pub per_rival: Duration,
     /// How long a wait lasts before the slots are listed again (N or failures may change).
     pub relist: Duration,
@@ -68,7 +71,7 @@ impl Default for GateTimings {
         GateTimings {
             candidates: 2,
             claim_delay_max: Duration::from_millis(20),
-            per_rival: Duration::from_millis(25),
+            per_rival: Duration::from_millis(10),
             relist: Duration::from_secs(30),
             clock_skew_secs: 0,
             max_deferral: Duration::from_secs(300),
@@ -447,19 +450,19 @@ mod tests {
         let t = GateTimings::default();
         // few waiters: a few rivals' worth, or the floor
         assert_eq!(
-            claim_window(&shim_with(10, 5, 0), 5, t),
-            Duration::from_millis(50)
+            claim_window(&shim_with(20, 5, 0), 5, t),
+            Duration::from_millis(60)
         );
         assert_eq!(claim_window(&shim_with(2, 1, 0), 5, t), t.claim_delay_max);
-        // 1000 nodes, 10 slots, 2 candidates each: 200 rivals per slot, 25 ms apart
+        // 1000 nodes, 10 slots, 2 candidates each: 200 rivals per slot, 10 ms apart
         assert_eq!(
             claim_window(&shim_with(1000, 0, 0), 10, t),
-            Duration::from_secs(5)
+            Duration::from_secs(2)
         );
         // done and failed nodes do not wait
         assert_eq!(
             claim_window(&shim_with(1000, 900, 60), 10, t),
-            Duration::from_millis(200)
+            Duration::from_millis(80)
         );
         // one slot for 5000: capped
         assert_eq!(
@@ -469,7 +472,7 @@ mod tests {
         // one slot: every waiting node watches it (not `candidates` times over)
         assert_eq!(
             claim_window(&shim_with(100, 0, 0), 1, t),
-            Duration::from_millis(2500)
+            Duration::from_millis(1000)
         );
     }
 }

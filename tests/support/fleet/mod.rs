@@ -69,6 +69,8 @@ pub struct FleetConfig {
     pub refused: usize,
     /// The agents' longest deferral by an extension.
     pub max_deferral: Duration,
+    /// The agents' slot timings (each agent's clock skew is its own).
+    pub gate: GateTimings,
 }
 
 impl FleetConfig {
@@ -88,6 +90,7 @@ impl FleetConfig {
             coordinator: fast(),
             refused: 0,
             max_deferral: GateTimings::default().max_deferral,
+            gate: GateTimings::default(),
         }
     }
 }
@@ -246,7 +249,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
             gate: GateTimings {
                 clock_skew_secs: skew(i),
                 max_deferral: cfg.max_deferral,
-                ..GateTimings::default()
+                ..cfg.gate
             },
         };
         async move {
