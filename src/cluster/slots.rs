@@ -149,8 +149,7 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
     {
         return None;
     }
-    let shim = name;
-    let index = slot_index(shim, lease.metadata.name.as_deref()?)?;
+    let index = slot_index(name, lease.metadata.name.as_deref()?)?;
     let ann = lease.metadata.annotations.as_ref();
     let failed = ann.and_then(|a| a.get(SLOT_FAILED)).map(|v| {
         serde_json::from_str(v).unwrap_or_else(|_| Failure {
