@@ -10,7 +10,11 @@
 //! - [`txn`]: the one transaction engine, for a live node and an image root;
 //! - [`cluster`]: the Kubernetes daemon; [`cli`]: what the commands do;
 //! - [`telemetry`]: journal message ids, metrics and the status line the core records;
-//!   [`service`]: the systemd service around `run` (notify, signals, reload, logs, metrics).
+//!   [`service`]: the systemd service around `run` (notify, signals, reload, logs, metrics);
+//! - [`text`]: untrusted text clipped on character boundaries; [`events`]: Kubernetes Events.
+
+// Any byte offset into untrusted text may fall inside a character (src/text.rs).
+#![deny(clippy::string_slice)]
 
 pub mod api;
 pub mod artifact;
@@ -18,6 +22,7 @@ pub mod cli;
 pub mod cluster;
 pub mod containerd;
 pub mod daemon;
+pub mod events;
 pub mod fsutil;
 pub mod hooks;
 pub mod hostroot;
@@ -27,4 +32,5 @@ pub mod service;
 pub mod settings;
 pub mod state;
 pub mod telemetry;
+pub mod text;
 pub mod txn;

@@ -1,5 +1,7 @@
 //! The `shim-agent` command line: a thin shell over the library.
 
+#![deny(clippy::string_slice)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -20,6 +20,8 @@ use crate::api::{Condition, NodeCounts, RolloutStatus, Shim, ShimStatus};
 
 /// Most node names quoted in a condition message.
 const MAX_NODES_IN_MESSAGE: usize = 5;
+/// Longest condition reason (a node's annotation may name any reason).
+const REASON_MAX_BYTES: usize = 128;
 
 /// What the coordinator knows of one Node.
 #[derive(Debug, Clone, Default)]
@@ -247,8 +249,8 @@ fn cond_true(type_: &str, reason: &str, message: String) -> Condition {
         status: "True".into(),
         severity: None,
         last_transition_time: None,
-        reason: Some(reason.into()),
-        message: Some(message),
+        reason: Some(crate::text::clip(reason, REASON_MAX_BYTES)),
+        message: Some(crate::text::clip(&message, crate::text::MESSAGE_MAX_BYTES)),
     }
 }
 
@@ -258,7 +260,7 @@ fn cond_false(type_: &str, severity: &str, reason: &str, message: String) -> Con
         status: "False".into(),
         severity: Some(severity.into()),
         last_transition_time: None,
-        reason: Some(reason.into()),
-        message: Some(message),
+        reason: Some(crate::text::clip(reason, REASON_MAX_BYTES)),
+        message: Some(crate::text::clip(&message, crate::text::MESSAGE_MAX_BYTES)),
     }
 }

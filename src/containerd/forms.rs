@@ -169,7 +169,8 @@ pub fn shared_mark(prefix: &str, name: &str) -> Mark {
 /// `prefix` with `marker` on its own line right before the line it decorates, indented like
 /// that line (after the user's own comments and blank lines).
 pub fn add_marker_line(prefix: &str, marker: &str) -> String {
-    let (head, indent) = prefix.split_at(prefix.rfind('\n').map_or(0, |i| i + 1));
+    let at = prefix.rfind('\n').map_or(0, |i| i + 1);
+    let (head, indent) = prefix.split_at_checked(at).unwrap_or((prefix, ""));
     format!("{head}{indent}{marker}\n{indent}")
 }
 

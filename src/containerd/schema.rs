@@ -74,7 +74,7 @@ pub fn is_microk8s_template(path: &Path) -> bool {
 fn has_shell_expansion(text: &str) -> bool {
     let b = text.as_bytes();
     let mut i = 0;
-    while let Some(off) = text[i..].find("${") {
+    while let Some(off) = text.get(i..).and_then(|t| t.find("${")) {
         let start = i + off + 2;
         let mut j = start;
         while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {

@@ -203,7 +203,7 @@ impl TemplateSet {
         );
         let after = match block_range(&text, &spec.handler) {
             Some((s, e)) => {
-                let existing = &text[s..e];
+                let (head, existing, tail) = cut(&text, s, e);
                 let nl = existing.starts_with('\n');
                 if existing
                     .trim_start_matches('\n')
@@ -224,7 +224,7 @@ impl TemplateSet {
                 } else {
                     block.clone()
                 };
-                format!("{}{new}{}", &text[..s], &text[e..])
+                format!("{head}{new}{tail}")
             }
             None => {
                 let doc = Doc::parse(&self.rendered.host_path, &self.rendered.bytes)?;
@@ -278,7 +278,8 @@ impl TemplateSet {
         let mut rendered = String::from_utf8_lossy(&self.rendered.bytes).into_owned();
         for h in block_handlers(&self.text()?) {
             if let Some((s, e)) = block_range(&rendered, &h) {
-                rendered.replace_range(s..e, "");
+                let (head, _, tail) = cut(&rendered, s, e);
+                rendered = format!("{head}{tail}");
             }
         }
         if !rendered.is_empty() && !rendered.ends_with('\n') {
@@ -286,7 +287,7 @@ impl TemplateSet {
         }
         for h in block_handlers(template) {
             if let Some((s, e)) = block_range(template, &h) {
-                rendered.push_str(&template[s..e]);
+                rendered.push_str(cut(template, s, e).1);
             }
         }
         let doc = Doc::parse(&self.template.0, rendered.as_bytes())?;
@@ -351,9 +352,9 @@ impl TemplateSet {
 /// itself takes that newline along only when nothing follows it; otherwise the newline stays,
 /// and the next block (if it is the agent's) now owns it.
 fn without_block(text: &str, s: usize, e: usize) -> String {
-    let tail = &text[e..];
-    if !text[s..e].starts_with('\n') || tail.is_empty() {
-        return format!("{}{tail}", &text[..s]);
+    let (head, block, tail) = cut(text, s, e);
+    if !block.starts_with('\n') || tail.is_empty() {
+        return format!("{head}{tail}");
     }
     let first = tail.lines().next().unwrap_or_default();
     let tail = match first
@@ -363,7 +364,18 @@ fn without_block(text: &str, s: usize, e: usize) -> String {
         Some(h) => tail.replacen(&begin_line(h), &begin_line_after_newline(h), 1),
         None => tail.to_string(),
     };
-    format!("{}{tail}", &text[..=s])
+    // the block's leading newline stays
+    format!("{head}\n{tail}")
+}
+
+/// `text` cut at the byte offsets `s..e` (found by searching `text`, so on character
+/// boundaries; an offset that is not yields empty parts rather than a panic).
+fn cut(text: &str, s: usize, e: usize) -> (&str, &str, &str) {
+    (
+        text.get(..s).unwrap_or_default(),
+        text.get(s..e).unwrap_or_default(),
+        text.get(e..).unwrap_or_default(),
+    )
 }
 
 /// Which fields of the agent's block differ from `spec` (for a conflict message).

@@ -35,6 +35,24 @@ impl Verdict {
             Verdict::Fail(_) => "Failure",
         }
     }
+
+    /// What follows the result in the call's Event note (`: <message>`, or empty).
+    pub fn detail(&self) -> String {
+        match self {
+            Verdict::Proceed => String::new(),
+            Verdict::ProceedIgnoring(m) | Verdict::Fail(m) => format!(": {m}"),
+            Verdict::Defer(d, m) => format!(": retry after {} s {m}", d.as_secs()),
+        }
+    }
+
+    /// Warning for a refusal or an ignored error, Normal otherwise.
+    pub fn event_type(&self) -> kube::runtime::events::EventType {
+        use kube::runtime::events::EventType;
+        match self {
+            Verdict::Proceed | Verdict::Defer(..) => EventType::Normal,
+            Verdict::ProceedIgnoring(_) | Verdict::Fail(_) => EventType::Warning,
+        }
+    }
 }
 
 /// `outcome` of the extension `ext` under `policy`.

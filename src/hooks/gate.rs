@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 
 use super::call::{Hooks, Target};
 use super::decide::{Deferrals, Step, Verdict, apply_policy};
@@ -80,40 +80,29 @@ pub struct Report {
 impl Report {
     fn publish(&self, hook: HookName, ext: &str, v: &Verdict, took: Duration) {
         let result = v.result();
-        let detail = match v {
-            Verdict::Proceed => String::new(),
-            Verdict::ProceedIgnoring(m) | Verdict::Fail(m) => format!(": {m}"),
-            Verdict::Defer(d, m) => format!(": retry after {} s {m}", d.as_secs()),
-        };
         crate::telemetry::hook_called(hook.as_str(), result, took);
-        let type_ = match v {
-            Verdict::Proceed | Verdict::Defer(..) => EventType::Normal,
-            Verdict::ProceedIgnoring(_) | Verdict::Fail(_) => EventType::Warning,
-        };
-        let mut note = format!(
-            "{} of extension {ext}: {result} in {} ms{detail}",
+        let note = format!(
+            "{} of extension {ext}: {result} in {} ms{}",
             hook.as_str(),
-            took.as_millis()
+            took.as_millis(),
+            v.detail()
         );
-        note.truncate(1000);
-        tracing::info!(hook = hook.as_str(), extension = ext, result, "{note}");
-        let ev = Event {
-            type_,
-            reason: format!("{}{result}", hook.as_str()),
-            note: Some(note),
-            action: hook.as_str().into(),
-            secondary: None,
-        };
+        let ev = crate::events::event(
+            v.event_type(),
+            &format!("{}{result}", hook.as_str()),
+            hook.as_str(),
+            &note,
+        );
+        tracing::info!(
+            hook = hook.as_str(),
+            extension = ext,
+            result,
+            "{}",
+            ev.note.as_deref().unwrap_or_default()
+        );
         // the Events go out beside the transaction: an API round trip per object is not
         // worth holding a restart for
-        let (recorder, refs) = (self.recorder.clone(), self.refs.clone());
-        tokio::spawn(async move {
-            for r in &refs {
-                if let Err(e) = recorder.publish(&ev, r).await {
-                    tracing::debug!(error = %e, "cannot publish an Event");
-                }
-            }
-        });
+        crate::events::publish_beside(self.recorder.clone(), ev, self.refs.clone());
     }
 }
 

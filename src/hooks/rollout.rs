@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -300,36 +300,24 @@ fn request(shim: &Shim) -> Request {
 }
 
 async fn publish(recorder: &Recorder, shim: &Shim, ext: &str, v: &Verdict, took: Duration) {
+    use kube::Resource;
     let hook = HookName::BeforeRollout;
     let result = v.result();
     crate::telemetry::hook_called(hook.as_str(), result, took);
-    let detail = match v {
-        Verdict::Proceed => String::new(),
-        Verdict::ProceedIgnoring(m) | Verdict::Fail(m) => format!(": {m}"),
-        Verdict::Defer(d, m) => format!(": retry after {} s {m}", d.as_secs()),
-    };
-    let mut note = format!(
-        "BeforeRollout of extension {ext} for generation {}: {result} in {} ms{detail}",
+    let note = format!(
+        "BeforeRollout of extension {ext} for generation {}: {result} in {} ms{}",
         shim.metadata.generation.unwrap_or_default(),
-        took.as_millis()
+        took.as_millis(),
+        v.detail()
     );
-    note.truncate(1000);
-    tracing::info!(shim = %shim.name_any(), extension = ext, result, "{note}");
-    let type_ = match v {
-        Verdict::Proceed | Verdict::Defer(..) => EventType::Normal,
-        _ => EventType::Warning,
-    };
-    let ev = Event {
-        type_,
-        reason: format!("BeforeRollout{result}"),
-        note: Some(note),
-        action: "BeforeRollout".into(),
-        secondary: None,
-    };
-    use kube::Resource;
-    if let Err(e) = recorder.publish(&ev, &shim.object_ref(&())).await {
-        tracing::debug!(error = %e, "cannot publish an Event");
-    }
+    let ev = crate::events::event(
+        v.event_type(),
+        &format!("BeforeRollout{result}"),
+        "BeforeRollout",
+        &note,
+    );
+    tracing::info!(shim = %shim.name_any(), extension = ext, result, "{}", ev.note.as_deref().unwrap_or_default());
+    crate::events::publish(recorder, &ev, &[shim.object_ref(&())]).await;
 }
 
 /// `status` with the hold shown: `RolloutDeferred` (True while deferred, else False), and a

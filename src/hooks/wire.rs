@@ -151,17 +151,7 @@ pub fn parse_response(hook: HookName, body: &[u8]) -> Result<Answer, String> {
     })
 }
 
-/// At most `max` bytes of `s`, on a character boundary, without control characters.
-pub fn clip(s: &str, max: usize) -> String {
-    let mut out = String::new();
-    for c in s.chars() {
-        if out.len() + c.len_utf8() > max {
-            break;
-        }
-        out.push(if c.is_control() { ' ' } else { c });
-    }
-    out
-}
+pub use crate::text::clip;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,45 @@
+//! Kubernetes Events, built and published one way: the note clipped on a character boundary
+//! ([`crate::text::event_note`]), publishing best effort (a failure is logged at debug level:
+//! Events never hold up what they describe).
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
+
+/// An Event with `reason` (also its action) and `note`, clipped to what the API accepts.
+pub fn event(type_: EventType, reason: &str, action: &str, note: &str) -> Event {
+    Event {
+        type_,
+        reason: reason.into(),
+        note: Some(crate::text::event_note(note)),
+        action: action.into(),
+        secondary: None,
+    }
+}
+
+/// Publish `ev` about each of `refs`, in order; failures are logged and dropped.
+pub async fn publish(recorder: &Recorder, ev: &Event, refs: &[ObjectReference]) {
+    for r in refs {
+        if let Err(e) = recorder.publish(ev, r).await {
+            tracing::debug!(error = %e, "cannot publish an Event");
+        }
+    }
+}
+
+/// [`publish`] in a task of its own, beside whatever the caller does next.
+pub fn publish_beside(recorder: Recorder, ev: Event, refs: Vec<ObjectReference>) {
+    tokio::spawn(async move { publish(&recorder, &ev, &refs).await });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_unicode_note_is_clipped_not_a_panic() {
+        let note = "ü".repeat(999) + "🎉";
+        let ev = event(EventType::Warning, "InstallFailed", "InstallFailed", &note);
+        let n = ev.note.unwrap_or_default();
+        assert!(n.len() <= crate::text::EVENT_NOTE_MAX_BYTES);
+        assert!(n.ends_with('ü'));
+    }
+}
