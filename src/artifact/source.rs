@@ -13,26 +13,45 @@ pub struct Platform {
 }
 
 impl Platform {
-    /// A platform from Go-style names.
+    /// A platform from its names; the architecture may be spelt the Go way or the kernel's
+    /// way ([`normalize_arch`]).
     pub fn new(os: &str, arch: &str) -> Self {
         Platform {
-            os: os.to_string(),
-            arch: arch.to_string(),
+            os: os.to_ascii_lowercase(),
+            arch: normalize_arch(arch).to_string(),
         }
+    }
+
+    /// True when a `platforms` entry written `os`/`arch` (either spelling) is this platform.
+    pub fn is(&self, os: &str, arch: &str) -> bool {
+        self.os.eq_ignore_ascii_case(os) && self.arch == normalize_arch(arch)
+    }
+}
+
+/// An architecture's Go name (what Kubernetes, OCI and kata use: `amd64`, `arm64`), from
+/// either spelling: runwasi and spin name their assets the kernel's way (`uname -m`:
+/// `x86_64`, `aarch64`). Unknown names are kept as they are. The one place the two
+/// spellings meet: node platforms, `--platform` and the spec's `platforms` go through it.
+pub fn normalize_arch(arch: &str) -> &str {
+    match arch {
+        "x86_64" | "x86-64" | "x64" => "amd64",
+        "aarch64" | "arm64v8" => "arm64",
+        "i386" | "i486" | "i586" | "i686" | "x86" => "386",
+        "armv7l" | "armv7" | "armv6l" | "armhf" | "armel" => "arm",
+        "powerpc64le" | "ppc64el" => "ppc64le",
+        "powerpc64" => "ppc64",
+        "loongarch64" => "loong64",
+        "mips64el" => "mips64le",
+        other => other, // amd64, arm64, riscv64, s390x, ...: already Go's
     }
 }
 
 /// The platform this process runs on, with Go's names (`x86_64` → `amd64`, `aarch64` → `arm64`).
 pub fn node_platform() -> Platform {
     let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
         "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
-        "powerpc64" => "ppc64",
-        "loongarch64" => "loong64",
         "mips64" if cfg!(target_endian = "little") => "mips64le",
-        other => other, // arm, riscv64, s390x: same name in Go
+        other => other,
     };
     Platform::new(std::env::consts::OS, arch)
 }
@@ -119,7 +138,7 @@ impl FetchSpec {
                 let chosen = self
                     .platforms
                     .iter()
-                    .find(|p| p.os == platform.os && p.arch == platform.arch)
+                    .find(|p| platform.is(&p.os, &p.arch))
                     .map(|p| &p.source)
                     .or(self.anon_http.as_ref());
                 let Some(src) = chosen else {
@@ -191,6 +210,49 @@ mod tests {
         assert_eq!(arm, ResolvedSource::Http(src("http://x/arm64")));
         let amd = spec.resolve(&Platform::new("linux", "amd64")).unwrap();
         assert_eq!(amd, ResolvedSource::Http(src("http://x/default")));
+    }
+
+    #[test]
+    fn both_spellings_of_an_architecture_name_the_same_platform() {
+        // runwasi and spin name assets the uname way, kata and Go the Go way
+        for (written, node) in [
+            ("x86_64", "amd64"),
+            ("amd64", "amd64"),
+            ("aarch64", "arm64"),
+            ("arm64", "arm64"),
+            ("x86_64", "x86_64"), // a --platform given the uname way
+        ] {
+            let spec = FetchSpec {
+                strategy: "anonymousHttp".into(),
+                platforms: vec![PlatformSource {
+                    os: "linux".into(),
+                    arch: written.into(),
+                    source: src("http://x/it"),
+                }],
+                ..Default::default()
+            };
+            let got = spec.resolve(&Platform::new("linux", node));
+            assert_eq!(
+                got.unwrap(),
+                ResolvedSource::Http(src("http://x/it")),
+                "{written} on {node}"
+            );
+        }
+        assert_eq!(Platform::new("linux", "aarch64").arch, "arm64");
+        assert_eq!(normalize_arch("riscv64"), "riscv64");
+        assert_eq!(normalize_arch("ünknown"), "ünknown");
+        // the other architecture is still not a match
+        let spec = FetchSpec {
+            strategy: "anonymousHttp".into(),
+            platforms: vec![PlatformSource {
+                os: "linux".into(),
+                arch: "aarch64".into(),
+                source: src("http://x/arm"),
+            }],
+            ..Default::default()
+        };
+        let e = spec.resolve(&Platform::new("linux", "amd64")).unwrap_err();
+        assert_eq!(e.reason(), "NoPlatformMatch");
     }
 
     #[test]
