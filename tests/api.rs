@@ -272,3 +272,48 @@ fn a_document_that_is_not_a_shim_is_rejected() {
     let e = rejected("");
     assert!(e.contains("no Shim"), "{e}");
 }
+
+#[test]
+fn option_paths_name_relative_files_and_bad_ones_are_rejected() {
+    let runtime = |body: &str| {
+        with(
+            "  rolloutStrategy:",
+            &format!("  runtime:\n{body}  rolloutStrategy:"),
+        )
+    };
+    let good = runtime(
+        "    binary: containerd-shim-runc-v2\n    optionPaths: {BinaryName: runsc, ConfigPath: ./etc/runsc.toml}\n",
+    );
+    let shims = parse_shims(&good, "shim.yaml").unwrap();
+    let paths = shims[0].spec.runtime.as_ref().unwrap().option_paths.clone();
+    assert_eq!(paths.unwrap()["BinaryName"], "runsc");
+    for (bad, why) in [
+        (
+            "    optionPaths: {ConfigPath: /etc/runsc.toml}\n",
+            "runtime.optionPaths values must be relative paths inside the artifact",
+        ),
+        (
+            "    optionPaths: {ConfigPath: ../runsc.toml}\n",
+            "runtime.optionPaths values must be relative paths inside the artifact",
+        ),
+        (
+            "    optionPaths: {ConfigPath: a/../../b}\n",
+            "runtime.optionPaths values must be relative paths inside the artifact",
+        ),
+        (
+            "    optionPaths: {\"bad key\": runsc}\n",
+            "runtime.optionPaths keys must be option names",
+        ),
+        (
+            "    binary: /usr/bin/containerd-shim-runc-v2\n",
+            "runtime.binary must be a file name or a relative path inside the artifact",
+        ),
+        (
+            "    binary: ../containerd-shim-runc-v2\n",
+            "runtime.binary must be a file name or a relative path inside the artifact",
+        ),
+    ] {
+        let e = rejected(&runtime(bad));
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+}

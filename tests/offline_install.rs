@@ -128,7 +128,8 @@ fn install_places_the_binary_registers_the_handler_and_records_it() {
     let img = image();
     let (url, sha) = write_artifact(&img, "demo.tar.gz", &good_artifact());
     let out = run_install(&img, &shim_yaml("demo", &url, &sha, "")).unwrap();
-    let bin = format!("/opt/shim-agent/shims/demo/{sha}/containerd-shim-demo-v2");
+    // the whole tree is installed: the shim keeps its place in it (bin/)
+    let bin = format!("/opt/shim-agent/shims/demo/{sha}/bin/containerd-shim-demo-v2");
     assert_eq!(
         out,
         InstallOutcome::Installed {
@@ -416,6 +417,7 @@ fn a_crash_mid_install_is_rolled_back_from_the_journal_on_the_next_run() {
             reason: None,
             pending: vec![],
             removing: vec![],
+            repair: false,
             started_at: 0,
         });
         store.save(&state).unwrap();

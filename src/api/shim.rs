@@ -131,7 +131,10 @@ pub struct PlatformArtifact {
     /// Operating system, as Go names it (`linux`).
     #[schemars(length(max = 64))]
     pub os: String,
-    /// Architecture, as Go names it (`amd64`, `arm64`, ...).
+    /// Architecture, in either spelling: Go's and Kubernetes' (`amd64`, `arm64`, `386`,
+    /// `arm`, `ppc64le`, `s390x`, `riscv64`), or the kernel's, as runwasi and spin name their
+    /// assets (`uname -m`: `x86_64`, `aarch64`, `i686`, `armv7l`). Both name the same
+    /// platform; the first entry that matches the node wins.
     #[schemars(length(max = 64))]
     pub arch: String,
     /// URL of the artifact for this platform.
@@ -165,16 +168,42 @@ pub struct RuntimeClassRef {
 }
 
 /// How containerd runs the shim.
+///
+/// The whole artifact is installed, as one tree, at
+/// `/opt/shim-agent/shims/<name>/<sha256>/`; the handler runs `binary` inside it, and
+/// `optionPaths` name other files of the tree in its `options` without the operator knowing
+/// that path. (That `options` and `optionPaths` set different options is checked by the
+/// agent: CEL cannot look into the free-form `options`.)
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuntimeSettings {
-    /// The shim's file in the archive; default: the one `containerd-shim-*-v*` file.
+    /// The shim in the artifact's tree: a file name (searched in the whole tree, e.g.
+    /// `containerd-shim-runc-v2`) or a relative path (`opt/kata/bin/containerd-shim-kata-v2`);
+    /// default: the one `containerd-shim-*-v*` file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() > 0 && !self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')")
+        .message("runtime.binary must be a file name or a relative path inside the artifact, without '..'"))]
+    #[schemars(length(max = 4096))]
     pub binary: Option<String>,
     /// Free-form table copied to the handler's `options` in containerd's config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub options: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Options that name files of the installed artifact: option name → relative path in
+    /// the artifact's tree. Each is written to the handler's `options` as that file's
+    /// absolute installed path, e.g. gVisor's `{ConfigPath: runsc.toml}` becomes
+    /// `ConfigPath = "/opt/shim-agent/shims/<name>/<sha256>/runsc.toml"`, and runc's shim
+    /// runs `{BinaryName: runsc}`. The file must be in the artifact, and the option must not
+    /// be in `options` too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("self.all(k, k.size() > 0 && k.size() <= 128 && k.matches('^[A-Za-z0-9_][-A-Za-z0-9_]*$'))")
+            .message("runtime.optionPaths keys must be option names: letters, digits, '_' and '-', at most 128 characters"),
+        validation = Rule::new("self.all(k, self[k].size() > 0 && self[k].size() <= 4096 && !self[k].startsWith('/') && !self[k].matches('(^|/)[.][.](/|$)'))")
+            .message("runtime.optionPaths values must be relative paths inside the artifact, without '..'"),
+    )]
+    #[schemars(schema_with = "option_paths_schema")]
+    pub option_paths: Option<BTreeMap<String, String>>,
     /// Pod annotations passed through to the shim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_annotations: Option<Vec<String>>,
@@ -296,6 +325,16 @@ pub struct Condition {
     /// A human-readable message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// `runtime.optionPaths`: bounded, so that its CEL rules stay within the API server's cost
+/// budget.
+fn option_paths_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 32,
+        "additionalProperties": {"type": "string", "maxLength": 4096},
+    })
 }
 
 fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -8,7 +8,8 @@
 //!    [`Fetcher::fetch_oci_into_store`]) downloads, hashes and unpacks in one streaming
 //!    pass into [`Store`] `<state>/store/sha256/<digest>/`, once per node;
 //! 3. [`find_shim_binary`] picks the shim in the tree and checks its ELF header;
-//! 4. [`place_binary`] installs it at `/opt/shim-agent/shims/<shim>/<sha256>/<binary>`.
+//! 4. [`place_tree`] installs the whole tree at `/opt/shim-agent/shims/<shim>/<sha256>/`,
+//!    the shim inside it ([`place_binary`] places a lone binary there).
 //!
 //! [`configure`] applies the agent's fetch settings to a [`Fetcher`] and a Shim's
 //! `fetchStrategy` to a [`FetchSpec`].
@@ -26,6 +27,7 @@ mod place;
 mod progress;
 mod source;
 mod store;
+mod tree;
 pub mod unpack;
 
 pub use elf::{check_elf, machine_for_arch};
@@ -37,3 +39,4 @@ pub use source::{
     node_platform, parse_sha256,
 };
 pub use store::{Store, StoredArtifact};
+pub use tree::{PlacedTree, place_tree, relative_in, resolve_option_paths, version_dir};

@@ -119,7 +119,7 @@ pub fn find_shim_binary(
 }
 
 /// Files and symlinks in a tree, sorted, not following links.
-fn list_files(dir: &Path) -> Result<Vec<PathBuf>, ArtifactError> {
+pub(super) fn list_files(dir: &Path) -> Result<Vec<PathBuf>, ArtifactError> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
@@ -172,7 +172,7 @@ pub fn place_binary(
         .map_err(|e| ArtifactError::io("resolve", &host_path, e))?;
     let dir = local_path.parent().unwrap_or(root.path()).to_path_buf();
     let created = create_dirs(&dir)?;
-    let result = install(bin_path, &local_path);
+    let result = install_file(bin_path, &local_path, 0o755);
     if result.is_err() {
         for d in created.iter().rev() {
             let _ = fs::remove_dir(d); // only succeeds while empty
@@ -187,7 +187,7 @@ pub fn place_binary(
 }
 
 /// Create missing directories (0755); returns the ones created, outermost first.
-fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>, ArtifactError> {
+pub(super) fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>, ArtifactError> {
     let mut missing = Vec::new();
     let mut cur = Some(dir);
     while let Some(d) = cur {
@@ -212,14 +212,15 @@ fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>, ArtifactError> {
     Ok(created)
 }
 
-/// Copy `src` to `dest` through a temp sibling; Ok(true) if an identical file was there.
-fn install(src: &Path, dest: &Path) -> Result<bool, ArtifactError> {
+/// Copy `src` to `dest` (root-owned, `mode`) through a temp sibling; Ok(true) if an
+/// identical file was there.
+pub(super) fn install_file(src: &Path, dest: &Path, mode: u32) -> Result<bool, ArtifactError> {
     if let Ok(m) = fs::symlink_metadata(dest)
         && m.is_file()
         && same_content(src, dest).unwrap_or(false)
     {
-        if m.permissions().mode() & 0o7777 != 0o755 {
-            fs::set_permissions(dest, fs::Permissions::from_mode(0o755))
+        if m.permissions().mode() & 0o7777 != mode {
+            fs::set_permissions(dest, fs::Permissions::from_mode(mode))
                 .map_err(|e| ArtifactError::io("set mode of", dest, e))?;
         }
         return Ok(true);
@@ -230,11 +231,11 @@ fn install(src: &Path, dest: &Path) -> Result<bool, ArtifactError> {
         let mut to = OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o755)
+            .mode(mode)
             .open(&tmp)
             .map_err(|e| ArtifactError::io("create", &tmp, e))?;
         io::copy(&mut from, &mut to).map_err(|e| ArtifactError::io("write", &tmp, e))?;
-        to.set_permissions(fs::Permissions::from_mode(0o755))
+        to.set_permissions(fs::Permissions::from_mode(mode))
             .map_err(|e| ArtifactError::io("set mode of", &tmp, e))?;
         chown_root(&to).map_err(|e| ArtifactError::io("chown", &tmp, e))?;
         to.sync_all()

@@ -1,8 +1,6 @@
 //! Before a transaction touches the host: every artifact fetched and verified, every config
 //! change planned; and the files written once it may.
 
-use std::path::Path;
-
 use anyhow::Context;
 
 use super::batch;
@@ -42,16 +40,21 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             }
             let wanted = shim.spec.runtime.as_ref().and_then(|r| r.binary.as_deref());
             let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)?;
-            let bin_name = bin
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let host = Path::new(artifact::SHIMS_DIR)
-                .join(shim.name())
-                .join(&fetched.digest)
-                .join(&bin_name);
-            let host_s = host.display().to_string();
-            let rt = runtime_spec(shim, &host_s);
+            let tree = artifact::version_dir(shim.name(), &fetched.digest);
+            let host_s = tree
+                .join(artifact::relative_in(&fetched.dir, &bin))
+                .display()
+                .to_string();
+            let runtime = shim.spec.runtime.as_ref();
+            let option_paths = match runtime.and_then(|r| r.option_paths.as_ref()) {
+                Some(paths) => {
+                    let options = runtime.and_then(|r| r.options.as_ref());
+                    artifact::resolve_option_paths(&fetched.dir, &tree, paths, options)
+                        .with_context(|| format!("Shim {:?}", shim.name()))?
+                }
+                None => Default::default(),
+            };
+            let rt = runtime_spec(shim, &host_s, &option_paths);
             out.push(Prepared {
                 record: InstalledShim {
                     name: shim.name().to_string(),
@@ -67,7 +70,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     runtime_class: Some(shim.spec.runtime_class.name.clone()),
                     installed_at: now_secs(),
                 },
-                binary_src: bin,
+                tree_src: fetched.dir.clone(),
                 previous: state.shims.get(shim.name()).cloned(),
                 runtime: rt,
             });
@@ -102,11 +105,11 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     pub(super) fn apply_files(&self, prepared: &[Prepared], plan: &Plan) -> anyhow::Result<()> {
         for p in prepared {
             failpoint("txn::place_binary");
-            artifact::place_binary(
+            artifact::place_tree(
                 self.root,
                 &p.record.name,
                 &p.record.artifact_sha256,
-                &p.binary_src,
+                &p.tree_src,
             )?;
         }
         failpoint("txn::write_config");
