@@ -173,6 +173,15 @@ pub async fn run<R: Restarter, H: HealthCheck>(
             }
         };
         crate::telemetry::settled(state.shims.len(), failing);
+        if let Err(e) = node.collect_retained(&store, &mut state) {
+            tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
+        }
+        // while versions are retained, look again sooner than the full re-check
+        let next = if state.retained.is_empty() {
+            RESYNC_INTERVAL_SECS
+        } else {
+            crate::txn::retain::RETAIN_CHECK_SECS
+        };
         tokio::select! {
             _ = shutdown.changed() => return Ok(()),
             _ = events.recv() => {
@@ -180,7 +189,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
                 tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
                 while events.try_recv().is_ok() {}
             }
-            _ = tokio::time::sleep(Duration::from_secs(RESYNC_INTERVAL_SECS)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(next)) => {}
         }
     }
 }

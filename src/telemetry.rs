@@ -59,6 +59,11 @@ struct HookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShimLabels {
+    shim: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HookNameLabels {
     hook: &'static str,
 }
@@ -73,6 +78,8 @@ pub struct Metrics {
     slot_wait_seconds: Histogram,
     watch_restarts: Family<WatchLabels, Counter>,
     shims_installed: Gauge,
+    retained_versions: Family<ShimLabels, Gauge>,
+    retained_tasks: Family<ShimLabels, Gauge>,
     hook_calls: Family<HookLabels, Counter>,
     hook_seconds: Family<HookNameLabels, Histogram>,
 }
@@ -128,6 +135,18 @@ impl Metrics {
             "Shims installed on this node",
             shims_installed.clone(),
         );
+        let retained_versions = Family::<ShimLabels, Gauge>::default();
+        registry.register(
+            "retained_versions",
+            "Replaced or removed shim versions kept on disk because containerd tasks run through them, by Shim",
+            retained_versions.clone(),
+        );
+        let retained_tasks = Family::<ShimLabels, Gauge>::default();
+        registry.register(
+            "retained_tasks",
+            "containerd tasks that run through a retained shim version (why it is kept), by Shim",
+            retained_tasks.clone(),
+        );
         let hook_calls = Family::<HookLabels, Counter>::default();
         registry.register(
             "hook_calls",
@@ -152,6 +171,8 @@ impl Metrics {
             slot_wait_seconds,
             watch_restarts,
             shims_installed,
+            retained_versions,
+            retained_tasks,
         }
     }
 
@@ -169,6 +190,23 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 /// The process's metrics.
 pub fn metrics() -> &'static Metrics {
     &METRICS
+}
+
+/// The retained versions now: (Shim name, tasks using the version), one entry per version.
+/// Shims with none are dropped from the gauges.
+pub fn retained(versions: &[(String, usize)]) {
+    let m = metrics();
+    m.retained_versions.clear();
+    m.retained_tasks.clear();
+    for (shim, tasks) in versions {
+        let labels = ShimLabels {
+            shim: crate::text::clip(shim, 253),
+        };
+        m.retained_versions.get_or_create(&labels).inc();
+        m.retained_tasks
+            .get_or_create(&labels)
+            .inc_by(i64::try_from(*tasks).unwrap_or(i64::MAX));
+    }
 }
 
 /// A transaction ended (`kind`: install, upgrade, uninstall; `result`: committed,

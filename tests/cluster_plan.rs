@@ -246,6 +246,7 @@ fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds
             message: None,
             generation: Some(1),
             since: "earlier".into(),
+            retained: vec![],
         },
     )]);
     let st = states_wanted(&inputs, &plan, &failures, &previous, "now");
@@ -272,6 +273,7 @@ fn view(name: &str, lbl: &[(&str, &str)], states: &[(&str, NodePhase, Option<i64
                         message: Some("bad bytes".into()),
                         generation: *g,
                         since: "t".into(),
+                        retained: vec![],
                     },
                 )
             })

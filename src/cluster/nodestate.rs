@@ -31,6 +31,9 @@ pub enum NodePhase {
     Failed,
     /// A static Shim of the same name runs here instead.
     Conflict,
+    /// Uninstalled, but a removed version stays on disk while containerd tasks run through
+    /// it (`retained`).
+    Retained,
 }
 
 /// One entry of the annotation.
@@ -52,6 +55,19 @@ pub struct ShimNodeState {
     pub generation: Option<i64>,
     /// RFC 3339 time the phase began.
     pub since: String,
+    /// Replaced or removed versions kept on disk while containerd tasks run through them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retained: Vec<RetainedNote>,
+}
+
+/// A retained version in the node's report: which, and why it is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetainedNote {
+    pub digest: String,
+    /// Tasks that run through it (`namespace/id`; at most 16 named).
+    pub tasks: Vec<String>,
+    pub task_count: usize,
 }
 
 /// The annotation's value: Shim name → state.
@@ -67,10 +83,17 @@ pub struct FailureNote {
 }
 
 /// Read the annotation (absent or unreadable: empty; a foreign edit is simply replaced).
+/// Entries are read one by one: an entry this build cannot read (a newer agent's phase) is
+/// skipped, not the whole node.
 pub fn parse_states(annotations: Option<&BTreeMap<String, String>>) -> NodeStates {
     annotations
         .and_then(|a| a.get(STATE_ANNOTATION))
-        .and_then(|v| serde_json::from_str(v).ok())
+        .and_then(|v| serde_json::from_str::<BTreeMap<String, serde_json::Value>>(v).ok())
+        .map(|m| {
+            m.into_iter()
+                .filter_map(|(k, v)| Some((k, serde_json::from_value(v).ok()?)))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -98,6 +121,7 @@ pub fn states_wanted(
                 message,
                 generation,
                 since,
+                retained: Vec::new(),
             },
         );
     };
@@ -165,7 +189,32 @@ pub fn states_wanted(
             (None, None) => put(name, NodePhase::Uninstalling, digest, None, None, None),
         }
     }
+    add_retained(&mut out, inputs, previous, now);
     out
+}
+
+/// The node's retained versions on their Shims' entries (an entry of phase `Retained` for a
+/// Shim no longer installed).
+fn add_retained(out: &mut NodeStates, inputs: &Inputs<'_>, previous: &NodeStates, now: &str) {
+    for r in &inputs.state.retained {
+        let entry = out.entry(r.name.clone()).or_insert_with(|| ShimNodeState {
+            phase: NodePhase::Retained,
+            digest: None,
+            reason: Some("TasksRunThroughIt".into()),
+            message: Some("a removed version is kept while containerd tasks run through it".into()),
+            generation: None,
+            since: match previous.get(&r.name) {
+                Some(p) if p.phase == NodePhase::Retained => p.since.clone(),
+                _ => now.to_string(),
+            },
+            retained: Vec::new(),
+        });
+        entry.retained.push(RetainedNote {
+            digest: r.digest.clone(),
+            tasks: r.tasks.clone(),
+            task_count: r.task_count,
+        });
+    }
 }
 
 /// The merge patch that moves the Node's Shim labels to `labels` and its annotation to
@@ -180,8 +229,10 @@ pub fn node_patch(
 ) -> Option<serde_json::Value> {
     let mut label_patch = serde_json::Map::new();
     let prefix = format!("{GROUP}/");
-    for key in current_labels.keys().filter(|k| k.starts_with(&prefix)) {
-        let name = &key[prefix.len()..];
+    for (key, name) in current_labels
+        .keys()
+        .filter_map(|k| Some((k, k.strip_prefix(&prefix)?)))
+    {
         if !labels.contains(name) {
             label_patch.insert(key.clone(), serde_json::Value::Null);
         }

@@ -1,5 +1,4 @@
-//! The agent's bookkeeping around a round, pure: which changes really change the node, how
-//! a failure is named (a stable reason for conditions and metrics) and how long to back off.
+//! The agent's bookkeeping around a round, pure: how a failure is named (a stable reason for conditions and metrics) and how long to back off.
 
 use std::time::Duration;
 
@@ -9,7 +8,6 @@ use kube::ResourceExt;
 use super::target::PodUse;
 use crate::api::Shim;
 use crate::state::NodeState;
-use crate::txn::Change;
 
 /// First retry after a failure; doubled per failure up to [`BACKOFF_MAX_SECS`].
 pub const BACKOFF_BASE_SECS: u64 = 10;
@@ -27,28 +25,7 @@ pub fn backoff(attempts: u32) -> Duration {
     Duration::from_secs(secs.min(BACKOFF_MAX_SECS))
 }
 
-pub fn change_name(c: &Change) -> &str {
-    match c {
-        Change::Install(s) | Change::InstallAs(s, _) => s.name(),
-        Change::Uninstall(n) => n,
-    }
-}
-
-/// Names of the changes that will really change the node (not a re-check of an installed,
-/// up-to-date shim).
-pub fn real_work(changes: &[Change], state: &NodeState) -> Vec<String> {
-    changes
-        .iter()
-        .filter(|c| match c {
-            Change::Uninstall(n) => state.shims.contains_key(n),
-            Change::Install(s) | Change::InstallAs(s, _) => state
-                .shims
-                .get(s.name())
-                .is_none_or(|r| r.spec_hash != s.spec_hash()),
-        })
-        .map(|c| change_name(c).to_string())
-        .collect()
-}
+pub use crate::txn::classify::change_name;
 
 pub fn report_digest(before: &NodeState, name: &str) -> String {
     before
@@ -70,6 +47,9 @@ pub fn pod_use(p: &Pod) -> PodUse {
 /// The machine-readable reason of a failed transaction (the first typed error in the chain).
 pub fn error_reason(e: &anyhow::Error) -> &'static str {
     for cause in e.chain() {
+        if let Some(t) = cause.downcast_ref::<crate::txn::TxnError>() {
+            return t.reason();
+        }
         if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
             return a.reason();
         }

@@ -71,6 +71,9 @@ pub async fn run<R: Restarter, H: HealthCheck>(
         if state.journal.is_some() {
             recover(node, &client, &config, &store, &mut state, &shutdown).await?;
         }
+        if let Err(e) = node.collect_retained(&store, &mut state) {
+            tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
+        }
         // aborted when this session is dropped (a crash of the agent ends its coordinator)
         let mut coordinator = AbortOnDrop(tokio::spawn(coordinator::run(
             client.clone(),

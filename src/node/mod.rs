@@ -24,6 +24,7 @@
 
 pub mod cri;
 pub mod systemd;
+pub mod tasks;
 
 use std::future::Future;
 use std::time::Duration;

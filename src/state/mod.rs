@@ -23,6 +23,10 @@
 //! - 1: `shims` (installed shims with the config files they changed).
 //! - 2: adds `journal`, the open transaction of the node state machine (docs/design.md §3);
 //!   a format-1 document upgrades to format 2 with no open transaction.
+//! - 3: adds `retained` (replaced versions kept while containerd tasks use them), `working`
+//!   (the Shims a round works on, for crash isolation) and `crashes`; a format-2 document
+//!   upgrades with none of them. A format-2 agent refuses a format-3 document (rather than
+//!   quarantining what it cannot read).
 
 mod model;
 
@@ -40,7 +44,7 @@ use thiserror::Error;
 use crate::fsutil;
 
 /// The format this build writes.
-pub const STATE_FORMAT: u32 = 2;
+pub const STATE_FORMAT: u32 = 3;
 /// File name of the state document inside the state directory.
 pub const STATE_FILE: &str = "state.json";
 /// File name of the lock file inside the state directory.
@@ -302,10 +306,11 @@ pub fn upgrade(format: u32, state_json: &str) -> Result<NodeState, String> {
                 serde_json::from_str(state_json).map_err(|e| format!("format 1: {e}"))?;
             Ok(NodeState {
                 shims: v1.shims,
-                journal: None,
+                ..NodeState::default()
             })
         }
-        2 => serde_json::from_str(state_json).map_err(|e| format!("format 2: {e}")),
+        // format 3 only added fields, each with a default
+        2 | 3 => serde_json::from_str(state_json).map_err(|e| format!("format {format}: {e}")),
         other => Err(format!("unknown state format {other}")),
     }
 }

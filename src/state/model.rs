@@ -14,7 +14,67 @@ pub struct NodeState {
     /// The transaction in progress, if any (at most one per node).
     #[serde(default)]
     pub journal: Option<Journal>,
+    /// Installed versions that a transaction replaced or removed, kept on disk while
+    /// containerd tasks still run through them (`txn::retain`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retained: Vec<RetainedVersion>,
+    /// The Shims the agent's current round works on, recorded before its risky steps and
+    /// cleared when it ends: found at start, it names the Shims the agent crashed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working: Option<Working>,
+    /// Crashes of the agent during a Shim's rounds, by Shim name (crash isolation).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub crashes: BTreeMap<String, CrashRecord>,
 }
+
+/// A round under way: each Shim with the spec it works on (`spec_key`: a new spec is a new
+/// attempt).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Working {
+    /// Shim name → spec key.
+    pub shims: BTreeMap<String, String>,
+    /// Unix time the round began.
+    pub since: u64,
+}
+
+/// How often the agent crashed while working on one Shim at one spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrashRecord {
+    pub spec_key: String,
+    /// Crashes during rounds that worked on this Shim at `spec_key`.
+    pub crashes: u32,
+    /// Of those, crashes during rounds that worked on it alone.
+    pub alone: u32,
+    /// Unix time of the last one.
+    pub last: u64,
+}
+
+/// A replaced or removed version of a shim, kept on disk because containerd tasks were
+/// started through its files: containerd reloads each task through that path at its next
+/// restart, and drops the task when the file is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetainedVersion {
+    /// Shim name.
+    pub name: String,
+    /// SHA-256 of the artifact (the version's directory name).
+    pub digest: String,
+    /// Host path of the version's installed tree.
+    pub dir: String,
+    /// Unix time it was replaced or removed.
+    pub since: u64,
+    /// Tasks (`namespace/id`) that used it at the last check, at most
+    /// [`RETAINED_TASKS_LISTED`]; `task_count` has them all.
+    #[serde(default)]
+    pub tasks: Vec<String>,
+    #[serde(default)]
+    pub task_count: usize,
+}
+
+/// Most task names recorded per retained version.
+pub const RETAINED_TASKS_LISTED: usize = 16;
 
 /// Format 1 of the state document: no journal.
 #[derive(Debug, Deserialize)]
@@ -166,6 +226,9 @@ pub struct Journal {
     /// Shim names this transaction removes.
     #[serde(default)]
     pub removing: Vec<String>,
+    /// The transaction only repairs drift: every Shim stays at its installed spec.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repair: bool,
     /// Unix time the transaction started.
     pub started_at: u64,
 }
@@ -182,6 +245,7 @@ impl Journal {
             reason: None,
             pending: vec![],
             removing: vec![],
+            repair: false,
             started_at: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())

@@ -29,13 +29,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::files::{Undo, backups_dir, gc_artifact, remove_binary, stage_backups};
+use super::classify::{HostFacts, Work, classify};
+use super::error::{TxnError, TxnReason};
+use super::files::{Undo, backups_dir, stage_backups};
 use super::machine::{self, Event, Next};
 use super::notices;
 use super::ports::{Gate, HealthCheck, Restarter, Ungated};
 use super::record::{merge_config_records, now_secs, sha256_hex};
+use super::retain;
 use crate::api::Shim;
-use crate::artifact::{self, Platform, Store};
+use crate::artifact::{self, Platform};
 use crate::containerd::{Current, DropinPolicy, Plan, RuntimeSpec};
 use crate::hostroot::HostRoot;
 use crate::profile::Profile;
@@ -84,12 +87,15 @@ struct Steps<'a> {
     prepared: &'a [Prepared],
     removes: &'a [InstalledShim],
     plan: &'a Plan,
+    /// Every change only repairs drift.
+    repair: bool,
 }
 
 /// A change after fetching: everything needed to apply it.
 pub(super) struct Prepared {
     pub(super) record: InstalledShim,
-    pub(super) binary_src: PathBuf,
+    /// The stored artifact's tree, installed whole.
+    pub(super) tree_src: PathBuf,
     pub(super) previous: Option<InstalledShim>,
     pub(super) runtime: RuntimeSpec,
 }
@@ -103,9 +109,37 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(self.root.resolve(&self.settings.paths.state_dir)?)
     }
 
+    /// What the host looks like for [`classify`]: the handlers `current` defines and the
+    /// installed binaries that exist.
+    fn host_facts_of(&self, current: &Current, state: &NodeState) -> HostFacts {
+        HostFacts {
+            handlers: current.handlers().unwrap_or_default(),
+            binaries: state
+                .shims
+                .values()
+                .filter(|r| self.root.resolve(&r.binary).is_ok_and(|p| p.exists()))
+                .map(|r| r.binary.clone())
+                .collect(),
+        }
+    }
+
+    /// What the host looks like now (see [`classify`]); an unreadable config defines no
+    /// handler.
+    pub fn host_facts(&self, state: &NodeState) -> HostFacts {
+        match self.load_config() {
+            Ok(current) => self.host_facts_of(&current, state),
+            Err(_) => HostFacts::default(),
+        }
+    }
+
     /// The node's containerd config as it is now, through the profile's layout.
     fn load_config(&self) -> anyhow::Result<Current> {
         Ok(self.profile.layout().load(self.root)?)
+    }
+
+    /// True when the config loads and parses.
+    pub(super) fn load_config_ok(&self) -> bool {
+        self.load_config().is_ok_and(|c| c.handlers().is_ok())
     }
 
     pub(super) fn dropin_policy(&self) -> DropinPolicy {
@@ -115,10 +149,12 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         }
     }
 
-    /// Open the store and finish any interrupted transaction first.
+    /// Open the store and finish any interrupted transaction first; then collect the
+    /// retained versions no task uses any more.
     pub async fn open(&self) -> anyhow::Result<(StateStore, NodeState)> {
         let (store, mut state) = self.open_unrecovered()?;
         self.recover(&store, &mut state).await?;
+        self.collect_after(&store, &mut state);
         Ok((store, state))
     }
 
@@ -215,9 +251,10 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let mut installs = Vec::new();
         let mut removes = Vec::new();
         let current = self.load_config()?;
-        // the handlers the config defines, parsed once for all the changes
-        let defined = current.handlers().unwrap_or_default();
+        let facts = self.host_facts_of(&current, state);
+        let mut repair = true;
         for c in changes {
+            let work = classify(&c, state, &facts);
             let (shim, origin) = match c {
                 Change::Install(s) => (s, self.origin),
                 Change::InstallAs(s, o) => (s, o),
@@ -229,25 +266,24 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     continue;
                 }
             };
-            let prev = state.shims.get(shim.name());
-            if let Some(p) = prev
-                && p.spec_hash == shim.spec_hash()
-                && self.root.resolve(&p.binary)?.exists()
-                && defined.contains(&p.handler)
-            {
+            if work == Work::Unchanged {
                 report.unchanged.push(shim.name().to_string());
                 continue;
             }
+            repair &= work == Work::Repair;
             if let Some(other) = state
                 .shims
                 .values()
                 .find(|s| s.handler == shim.handler() && s.name != shim.name())
             {
-                bail!(
+                let message = format!(
                     "handler {:?} is already installed for Shim {:?}; uninstall it first",
                     shim.handler(),
                     other.name
                 );
+                return Err(TxnError::new(TxnReason::HandlerInUse, message)
+                    .blaming(shim.name())
+                    .into());
             }
             installs.push((shim, origin));
         }
@@ -287,6 +323,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             prepared: &prepared,
             removes: &removes,
             plan: &plan,
+            repair: repair && removes.is_empty(),
         };
         let result = self
             .run(store, state, &steps, gate, &mut undo, &mut report)
@@ -323,6 +360,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             prepared,
             removes,
             plan,
+            repair,
         } = *steps;
         let id = format!("{}-{}", now_secs(), std::process::id());
         let kind = match (prepared, removes) {
@@ -338,6 +376,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let mut journal = Journal::planned(id.clone(), kind, shims);
         journal.pending = prepared.iter().map(|p| p.record.clone()).collect();
         journal.removing = removes.iter().map(|r| r.handler.clone()).collect();
+        journal.repair = repair;
         state.journal = Some(journal);
         store.save(state)?;
         failpoint("txn::planned");
@@ -359,7 +398,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 state.journal = None;
                 store.save(state)?;
                 notices::aborted(kind);
-                bail!("no rollout slot: {e}");
+                return Err(
+                    TxnError::new(TxnReason::NoSlot, format!("no rollout slot: {e}")).into(),
+                );
             }
             notices::doing("applying", &names);
         }
@@ -436,7 +477,6 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let Some(j) = state.journal.clone() else {
             return Ok(());
         };
-        let artifacts = Store::open(store.dir().join("store"))?;
         let mut old = Vec::new();
         for name in j
             .shims
@@ -474,6 +514,13 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             report.installed.push(rec.name.clone());
             state.shims.insert(rec.name.clone(), rec);
         }
+        // The replaced versions are recorded in the same write as the commit: they go only
+        // once no containerd task runs through them (retain.rs).
+        let versions: Vec<(String, String)> = old
+            .iter()
+            .map(|r| (r.name.clone(), r.artifact_sha256.clone()))
+            .collect();
+        retain::retire(state, &versions, now_secs());
         self.event(store, state, Event::Committed)?;
         self.close(store, state, &j)?;
         let installed: Vec<InstalledShim> = j
@@ -487,11 +534,16 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             .cloned()
             .collect();
         notices::committed(&j, &installed, &removed);
-        for rec in old {
-            remove_binary(self.root, &rec)?;
-            gc_artifact(&artifacts, state, &rec.artifact_sha256)?;
-        }
+        self.collect_after(store, state);
         Ok(())
+    }
+
+    /// Collect retained versions after a transaction ended; a failure is logged (the
+    /// transaction's outcome stands, the next collection tries again).
+    pub(super) fn collect_after(&self, store: &StateStore, state: &mut NodeState) {
+        if let Err(e) = self.collect_retained(store, state) {
+            tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The host files of a transaction: the in-memory undo log of one run, the journal's
-//! backups (stage and restore), and installed shim binaries.
+//! backups (stage and restore), and the artifact store's garbage collection.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +8,7 @@ use anyhow::Context;
 use crate::artifact::Store;
 use crate::fsutil;
 use crate::hostroot::HostRoot;
-use crate::state::{Backup, InstalledShim, Journal, NodeState};
+use crate::state::{Backup, Journal, NodeState};
 
 use super::record::sha256_hex;
 
@@ -133,21 +133,6 @@ pub fn restore_backups(root: &HostRoot, j: &Journal) -> anyhow::Result<()> {
                 }
             }
             None => fsutil::remove_durable(&local)?,
-        }
-    }
-    Ok(())
-}
-
-/// Remove an installed binary and its `<shims>/<name>/<digest>/` and `<shims>/<name>/`
-/// directories when they are left empty.
-pub fn remove_binary(root: &HostRoot, shim: &InstalledShim) -> anyhow::Result<()> {
-    let local = root.resolve(&shim.binary)?;
-    fsutil::remove_durable(&local)?;
-    let mut dir = local.parent().map(Path::to_path_buf);
-    for _ in 0..2 {
-        match dir {
-            Some(d) if std::fs::remove_dir(&d).is_ok() => dir = d.parent().map(Path::to_path_buf),
-            _ => break,
         }
     }
     Ok(())

@@ -2,17 +2,22 @@
 //! for a live node and an image root.
 //!
 //! - [`machine`]: the pure core (phases, transitions, recovery decisions);
+//! - [`classify`]: the pure answer to "does this change do real work?";
+//! - [`error`]: the typed outcome of a failed transaction;
 //! - [`engine`]: the shell that performs each step ([`Node::apply`]);
 //! - [`recovery`]: interrupted transactions finished or undone, failed ones rolled back;
 //! - [`ports`]: the restart and health ports, and the image root's own ([`NoRestart`],
 //!   [`DeferredVerification`]); [`real`]: systemd over D-Bus and containerd's CRI;
 //! - [`prepare`]: fetch and plan before the host changes, write the files after;
+//! - [`retain`]: replaced versions kept while containerd tasks run through them;
 //! - [`files`], [`record`], [`batch`]: backups and the undo log, what is recorded, several
 //!   config changes as one; `notices`: the journal entries, metrics and status line of an
 //!   ending transaction.
 
 pub mod batch;
+pub mod classify;
 pub mod engine;
+pub mod error;
 pub mod files;
 pub mod machine;
 mod notices;
@@ -21,6 +26,9 @@ pub mod prepare;
 pub mod real;
 pub mod record;
 pub mod recovery;
+pub mod retain;
 
+pub use classify::{HostFacts, Work, classify, real_work};
 pub use engine::{Change, Node, Report};
+pub use error::{TxnError, TxnReason};
 pub use ports::{DeferredVerification, Gate, HealthCheck, NoRestart, Restarter, Ungated};

@@ -2,15 +2,13 @@
 //! alone (the recovery table of [`machine`](super::machine)), and a failed one rolled back
 //! on the spot.
 
-use std::path::Path;
-
 use anyhow::bail;
 
 use super::engine::{Node, Report, failpoint};
-use super::files::{gc_artifact, remove_binary, restore_backups};
+use super::error::{TxnError, TxnReason};
+use super::files::restore_backups;
 use super::machine::{self, Event, Recovery};
 use super::ports::{Gate, HealthCheck, Restarter, Ungated};
-use crate::artifact::{self, Store};
 use crate::state::{Journal, NodeState, Phase, StateStore};
 
 impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
@@ -34,10 +32,13 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             return Ok(());
         };
         let result = self.recover_journal(store, state, &j, gate).await;
-        // Once the journal is closed, whatever the outcome, binaries of these shims that the
-        // state does not name go (a journal still open needs its new binaries).
+        // Once the journal is closed, whatever the outcome, versions the state does not name
+        // are retired (a journal still open needs its new files), and go once no task uses
+        // them.
         if state.journal.is_none() {
-            self.remove_stray_binaries(state, &j.shims);
+            self.retire_strays(state);
+            store.save(state)?;
+            self.collect_after(store, state);
         }
         result
     }
@@ -124,26 +125,6 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(())
     }
 
-    /// Remove `<shims>/<name>/<digest>/` directories that no installed record points at.
-    fn remove_stray_binaries(&self, state: &NodeState, names: &[String]) {
-        for name in names {
-            let Ok(dir) = self.root.resolve(Path::new(artifact::SHIMS_DIR).join(name)) else {
-                continue;
-            };
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            let keep = state.shims.get(name).map(|r| r.artifact_sha256.clone());
-            for e in entries.flatten() {
-                if Some(e.file_name().to_string_lossy().into_owned()) != keep {
-                    tracing::info!(path = %e.path().display(), "removing a binary no installed shim uses");
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
-            }
-            let _ = std::fs::remove_dir(&dir);
-        }
-    }
-
     /// A step failed: journal it, roll back, and return the error.
     pub(super) async fn fail(
         &self,
@@ -172,6 +153,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         reason: String,
         restart: bool,
     ) -> anyhow::Result<()> {
+        let repair = state.journal.as_ref().is_some_and(|j| j.repair);
         if let Some(j) = &state.journal {
             super::notices::failed(j, state, &reason);
         }
@@ -184,10 +166,19 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         )?;
         self.roll_back(store, state, reason.clone(), restart)
             .await?;
-        if restart {
-            bail!("{reason}; rolled back: containerd runs the previous configuration")
-        }
-        bail!("{reason}; rolled back without a restart: containerd runs the previous configuration")
+        let message = if restart {
+            format!("{reason}; rolled back: containerd runs the previous configuration")
+        } else {
+            format!(
+                "{reason}; rolled back without a restart: containerd runs the previous configuration"
+            )
+        };
+        let why = if repair {
+            TxnReason::DriftUnrepairable
+        } else {
+            TxnReason::RolledBack
+        };
+        Err(TxnError::new(why, message).into())
     }
 
     /// Put the files back and, when containerd was (or may have been) restarted with them,
@@ -204,47 +195,74 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         };
         restore_backups(self.root, &j)?;
         failpoint("txn::restored");
-        // containerd must come back with the handlers it had before.
-        let before: Vec<String> = state.shims.values().map(|s| s.handler.clone()).collect();
-        let new: Vec<String> = j
-            .pending
-            .iter()
-            .filter(|p| !state.shims.contains_key(&p.name))
-            .map(|p| p.handler.clone())
-            .collect();
+        // containerd must come back with the handlers the restored files define: those it
+        // had before, less any that drift had removed (a failed drift repair restores the
+        // drifted bytes, and containerd cannot serve what they do not define).
+        let (present, absent) = self.expected_after_rollback(state, &j);
         let outcome = if !restart {
             Ok(())
         } else {
             match self.restarter.restart(&self.profile.unit).await {
-                Ok(()) => self.health.verify(&before, &new).await,
+                Ok(()) => self.health.verify(&present, &absent).await,
                 Err(e) => Err(e),
             }
         };
         match outcome {
             Ok(()) => {
+                // The failed transaction's new versions are retired in the same write as the
+                // rollback (a task may have started through one before containerd went
+                // back), and go with their artifacts once no task uses them.
+                let new_versions: Vec<(String, String)> = j
+                    .pending
+                    .iter()
+                    .map(|p| (p.name.clone(), p.artifact_sha256.clone()))
+                    .collect();
+                super::retain::retire(state, &new_versions, super::record::now_secs());
                 self.event(store, state, Event::RolledBack)?;
                 super::notices::rolled_back(&j, state, &reason);
-                // New binaries of the failed transaction go, and so do artifacts no
-                // installed shim uses (nothing else would ever collect them).
-                let artifacts = Store::open(store.dir().join("store"))?;
-                for p in &j.pending {
-                    if state.shims.get(&p.name).map(|s| &s.binary) != Some(&p.binary) {
-                        let _ = remove_binary(self.root, p);
-                    }
-                    if let Err(e) = gc_artifact(&artifacts, state, &p.artifact_sha256) {
-                        tracing::warn!(digest = %p.artifact_sha256, "cannot drop an unused artifact: {e:#}");
-                    }
-                }
                 self.close(store, state, &j)?;
+                self.collect_after(store, state);
                 Ok(())
             }
             Err(e) => {
                 self.event(store, state, Event::RollbackFailed { reason: e.clone() })?;
                 super::notices::rollback_failed(&j, state, &e);
-                bail!(
-                    "{reason}; the rollback failed too ({e}): containerd is not healthy, the journal stays open at Broken"
+                Err(TxnError::new(
+                    TxnReason::Broken,
+                    format!(
+                        "{reason}; the rollback failed too ({e}): containerd is not healthy, the journal stays open at Broken"
+                    ),
                 )
+                .into())
             }
         }
+    }
+
+    /// The handlers containerd must serve, and must not, once the backups of `j` are back:
+    /// the installed Shims' handlers the restored config defines, and the rest (the failed
+    /// transaction's new handlers, handlers drift had removed) absent. Without a readable
+    /// config, every installed handler is expected.
+    fn expected_after_rollback(
+        &self,
+        state: &NodeState,
+        j: &Journal,
+    ) -> (Vec<String>, Vec<String>) {
+        let defined = self.host_facts(state).handlers;
+        let readable = !defined.is_empty() || self.load_config_ok();
+        let mut present = Vec::new();
+        let mut absent: Vec<String> = j
+            .pending
+            .iter()
+            .filter(|p| !state.shims.contains_key(&p.name))
+            .map(|p| p.handler.clone())
+            .collect();
+        for s in state.shims.values() {
+            if !readable || defined.contains(&s.handler) {
+                present.push(s.handler.clone());
+            } else {
+                absent.push(s.handler.clone());
+            }
+        }
+        (present, absent)
     }
 }

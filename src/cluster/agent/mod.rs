@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::FIELD_MANAGER;
 use super::gate::{GateTimings, SlotGate};
 use super::nodestate::{self, FailureNote};
-use super::round::{UNINSTALL_KEY, change_name, pod_use, real_work, spec_key};
+use super::round::{UNINSTALL_KEY, change_name, pod_use, spec_key};
 use super::target::{self, Inputs, NodePlan, PodUse};
 use crate::api::Shim;
 use crate::daemon::{adopt_pending, read_static_shims};
@@ -159,8 +159,20 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         SlotGate::release_leftovers(self.client.clone(), &self.node_name).await;
         self.shutdown = Some(shutdown.clone());
         let mut last_fp = None;
+        let retain_every = Duration::from_secs(crate::txn::retain::RETAIN_CHECK_SECS);
+        let mut retain_due = Instant::now() + retain_every;
         loop {
-            let due = self.next_due();
+            if !state.retained.is_empty() && retain_due <= Instant::now() {
+                let before = state.retained.clone();
+                if let Err(e) = self.node.collect_retained(store, state) {
+                    tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
+                }
+                retain_due = Instant::now() + retain_every;
+                if state.retained != before {
+                    last_fp = None; // the node's report changes
+                }
+            }
+            let due = self.next_due(&*state, retain_due);
             let timer_fired = due.is_some_and(|d| d <= Instant::now());
             let fp = fingerprint(&caches);
             if timer_fired || last_fp != Some(fp) || std::mem::take(&mut self.rerun_now) {
@@ -172,7 +184,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                     continue;
                 }
             }
-            let due = self.next_due();
+            let due = self.next_due(&*state, retain_due);
             tokio::select! {
                 _ = shutdown.changed() => return Ok(Exit::Shutdown),
                 Some(()) = nudge.recv() => quiet(&mut nudge, || fingerprint(&caches)).await,
@@ -197,11 +209,14 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         self.failures.keys().cloned().collect()
     }
 
-    fn next_due(&self) -> Option<Instant> {
+    /// The next timer: a failure's retry, a Node write's retry, or the next check of
+    /// retained versions (while there are any).
+    fn next_due(&self, state: &NodeState, retain_due: Instant) -> Option<Instant> {
         self.failures
             .values()
             .filter_map(|f| f.retry_at)
             .chain(self.node_sync_due)
+            .chain((!state.retained.is_empty()).then_some(retain_due))
             .min()
     }
 
@@ -259,7 +274,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 }
             }
         }
-        let work = real_work(&plan.changes, state);
+        let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
         let view = RoundView {
             cluster: &cluster,
             statics: &statics,
@@ -337,7 +352,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         if self.solo.is_empty() {
             return;
         }
-        let work = real_work(&plan.changes, state);
+        let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
         let Some(first) = work.iter().find(|n| self.solo.contains(*n)).cloned() else {
             self.solo.clear();
             return;

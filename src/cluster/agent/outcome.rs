@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use tokio::time::Instant;
 
 use super::{Agent, Failure};
@@ -70,8 +70,14 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             return;
         }
         let reason = error_reason(&e);
+        let blamed: Vec<String> = e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<crate::txn::TxnError>())
+            .flat_map(|t| t.blamed.clone())
+            .collect();
         let culprit: Vec<String> = match work {
             [one] => vec![one.clone()],
+            _ if !blamed.is_empty() => blamed,
             many => many
                 .iter()
                 .filter(|n| message.contains(&format!("Shim {n:?}")))
@@ -97,6 +103,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             let pause = backoff(attempts);
             tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed, retrying in {} s: {message}", pause.as_secs());
             let ev_reason = match (before.shims.contains_key(&name), shim.is_some()) {
+                _ if reason == "DriftUnrepairable" => "DriftUnrepairable",
                 (_, false) => "UninstallFailed",
                 (true, true) if message.contains("rolled back") => "RolledBack",
                 (true, true) => "UpgradeFailed",
@@ -111,7 +118,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 Failure {
                     note: FailureNote {
                         reason: reason.to_string(),
-                        message: message.clone(),
+                        message: crate::text::clip(&message, crate::text::MESSAGE_MAX_BYTES),
                         generation: shim.and_then(|s| s.metadata.generation),
                     },
                     spec_key: key,
@@ -180,23 +187,11 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         reason: &str,
         note: String,
     ) {
-        let mut note = note;
-        note.truncate(1000);
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
+        let ev = crate::events::event(type_, reason, reason, &note);
         let mut refs = vec![node.object_ref(&())];
         if let Some(s) = cluster.iter().find(|s| s.name() == shim) {
             refs.push(s.object_ref(&()));
         }
-        for r in refs {
-            if let Err(e) = self.recorder.publish(&ev, &r).await {
-                tracing::debug!(error = %e, "cannot publish an Event");
-            }
-        }
+        crate::events::publish(&self.recorder, &ev, &refs).await;
     }
 }
