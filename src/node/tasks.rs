@@ -70,13 +70,20 @@ pub fn state_dirs(socket: &str, config_text: Option<&str>) -> Vec<String> {
     out
 }
 
-/// Every task recorded under any of `state_dirs` (host paths, resolved under `root`).
-pub fn scan(root: &HostRoot, state_dirs: &[String]) -> TaskScan {
+/// Every task recorded under any of `state_dirs` (host paths, resolved under `root`), and
+/// under `reached` (state directories as this process reaches them, e.g. through
+/// `/proc/<pid>/root` into a container's mount namespace).
+pub fn scan(root: &HostRoot, state_dirs: &[String], reached: &[PathBuf]) -> TaskScan {
     let mut out = TaskScan::default();
-    for state in state_dirs {
-        let Ok(dir) = root.resolve(Path::new(state).join(TASK_DIR)) else {
+    let dirs = state_dirs
+        .iter()
+        .filter_map(|s| root.resolve(Path::new(s).join(TASK_DIR)).ok())
+        .chain(reached.iter().map(|d| d.join(TASK_DIR)));
+    let mut seen = std::collections::BTreeSet::new();
+    for dir in dirs {
+        if !seen.insert(dir.clone()) {
             continue;
-        };
+        }
         for ns in read_dir_names(&dir, &mut out.errors) {
             let ns_dir = dir.join(&ns);
             for id in read_dir_names(&ns_dir, &mut out.errors) {
@@ -175,7 +182,7 @@ mod tests {
                 std::fs::write(b.join(SHIM_PATH_FILE), p).unwrap();
             }
         }
-        let found = scan(&root, &["/run/containerd".to_string()]);
+        let found = scan(&root, &["/run/containerd".to_string()], &[]);
         assert!(found.errors.is_empty(), "{found:?}");
         let names: Vec<(String, Option<String>)> = found
             .tasks
@@ -197,7 +204,15 @@ mod tests {
             ]
         );
         // no task directory at all: no tasks, no error
-        let none = scan(&root, &["/run/elsewhere".to_string()]);
+        let none = scan(&root, &["/run/elsewhere".to_string()], &[]);
+        assert_eq!(none, TaskScan::default());
+        // the same directory reached another way is read once
+        let reached = scan(
+            &root,
+            &["/run/containerd".to_string()],
+            &[d.path().join("run/containerd")],
+        );
+        assert_eq!(reached.tasks.len(), 3);
         assert_eq!(none, TaskScan::default());
     }
 }

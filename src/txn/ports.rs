@@ -34,6 +34,14 @@ pub trait HealthCheck {
         true
     }
 
+    /// containerd's socket directory as this process reaches it, when that differs from the
+    /// profile's path under the root (a live root in another mount namespace, whose `/run` is
+    /// not the root's): containerd keeps its task bundles beside its socket
+    /// ([`crate::node::tasks`]). `None`: look under the root only.
+    fn socket_dir(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// The state a committed shim is recorded in.
     fn committed_state(&self) -> ShimState {
         if self.proves() {

@@ -34,6 +34,18 @@ fn describe(e: &NodeError) -> String {
 }
 
 impl HealthCheck for CriHealth {
+    fn socket_dir(&self) -> Option<std::path::PathBuf> {
+        // through one link (the node env links the socket from the container's /run)
+        let socket = self.cri.socket();
+        let real = std::fs::read_link(socket)
+            .map(|t| match socket.parent() {
+                Some(dir) if t.is_relative() => dir.join(t),
+                _ => t,
+            })
+            .unwrap_or_else(|_| socket.to_path_buf());
+        real.parent().map(std::path::Path::to_path_buf)
+    }
+
     async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
         let deadline = Instant::now() + self.timeout;
         for h in present {

@@ -123,7 +123,13 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             .ok()
             .and_then(|p| std::fs::read_to_string(p).ok());
         let dirs = tasks::state_dirs(&self.profile.socket, config.as_deref());
-        tasks::scan(self.root, &dirs)
+        let reached: Vec<std::path::PathBuf> = self
+            .health
+            .socket_dir()
+            .into_iter()
+            .flat_map(|d| [d.join("containerd"), d])
+            .collect();
+        tasks::scan(self.root, &dirs, &reached)
     }
 
     /// Directories under the shims directory that neither an installed record nor a
