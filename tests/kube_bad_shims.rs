@@ -27,7 +27,21 @@ const NAMES: &[&str] = &[
     "kb-clash",
     "kb-rc",
     "kb-nowhere",
+    "kb-unicode",
 ];
+
+/// An archive of files with long non-ASCII names and no shim binary: its failure message
+/// lists them, well past the 1000 bytes of an Event note (the agent once cut the note at a
+/// byte inside a character, and panicked on every start).
+fn unicode_names_no_shim() -> Vec<u8> {
+    let entries: Vec<Entry> = (0..30)
+        .map(|i| {
+            let name = format!("файл-{i:02}-{}", "ü🎉".repeat(8));
+            Entry::File(Box::leak(name.into_boxed_str()), b"x".to_vec(), 0o644)
+        })
+        .collect();
+    tar_gz(&entries)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_still_installs() {
@@ -65,6 +79,8 @@ async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_stil
     let foreign = tar_gz(&[Entry::File("containerd-shim-x-v2", foreign_elf(), 0o755)]);
     let (foreign_url, _) = support::file_url(&rig.w.art, "foreign.tgz", &foreign);
     let good_sha = sha256_hex(&good);
+    let unicode = unicode_names_no_shim();
+    let (unicode_url, _) = support::file_url(&rig.w.art, "unicode.tgz", &unicode);
     let docs = [
         shim_yaml(&rig.w, "kb-good", "1", sel),
         // a digest no other Shim has: the store would otherwise already hold it (content
@@ -80,6 +96,7 @@ async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_stil
         yaml("kb-clash", &good_url, &good_sha, sel),
         yaml("kb-rc", &good_url, &good_sha, sel),
         yaml("kb-nowhere", &good_url, &good_sha, "test: nowhere"),
+        yaml("kb-unicode", &unicode_url, &sha256_hex(&unicode), sel),
     ];
     let expect = [
         ("kb-404", "Degraded", "HttpStatus", "404"),
@@ -93,6 +110,7 @@ async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_stil
             "does not belong to this Shim",
         ),
         ("kb-nowhere", "Ready", "NoTargetedNodes", "matches no node"),
+        ("kb-unicode", "Degraded", "NoShimBinary", "файл-00-ü🎉"),
     ];
     with_agent(&rig, &f, || async {
         let (ok, out) = rig.env.apply(&docs.join("---\n"));
@@ -129,6 +147,20 @@ async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_stil
                             .is_some_and(|n| n.starts_with("DigestMismatch"))
                 })
                 .then_some(())
+        })
+        .await;
+        // the long Unicode failure went out too, clipped on a character boundary
+        eventually(30, "an InstallFailed Event for kb-unicode", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items.iter().find_map(|e| {
+                let note = e.note.as_deref()?;
+                (e.reason.as_deref() == Some("InstallFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("kb-unicode")
+                    && note.starts_with("NoShimBinary")
+                    && note.len() <= 1000
+                    && note.contains("файл"))
+                .then_some(())
+            })
         })
         .await;
         // capped backoff, not a retry storm: a failing Shim is tried again after 10 s at the
