@@ -187,7 +187,7 @@ proptest! {
         shim_agent::telemetry::retained(&[(name.clone(), 3)]);
         let out = shim_agent::telemetry::metrics().encode();
         prop_assert!(out.contains("shim_agent_retained_versions"));
-        let _ = tracing::subscriber::with_default(
+        tracing::subscriber::with_default(
             tracing_subscriber::fmt().with_writer(std::io::sink).finish(),
             || tracing::info!(shim = %name, "{line}"),
         );
