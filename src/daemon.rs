@@ -28,8 +28,12 @@ use tokio::sync::mpsc;
 
 use crate::api::Shim;
 use crate::api::load::parse_shims;
+use crate::retry::Retries;
 use crate::state::{NodeState, Origin, ShimState, StateStore};
 use crate::txn::{Change, HealthCheck, Node, Restarter};
+
+/// The spec key of a static Shim being removed.
+const UNINSTALL_KEY: &str = "uninstall";
 
 /// Full re-check even without file events.
 pub const RESYNC_INTERVAL_SECS: u64 = 300;
@@ -141,17 +145,102 @@ pub async fn reconcile_once<R: Restarter, H: HealthCheck>(
     store: &StateStore,
     state: &mut NodeState,
 ) -> anyhow::Result<u32> {
+    reconcile(node, store, state, &mut Retries::default()).await
+}
+
+/// [`reconcile_once`] that remembers failures across rounds: a Shim that failed waits its
+/// backoff (its change is left out of the round), and one the agent crashed on twice is set
+/// aside until its spec changes ([`crate::crashes`]).
+pub async fn reconcile<R: Restarter, H: HealthCheck>(
+    node: &Node<'_, R, H>,
+    store: &StateStore,
+    state: &mut NodeState,
+    retries: &mut Retries,
+) -> anyhow::Result<u32> {
     let dir = node.root.resolve(&node.settings.paths.static_shims_dir)?;
     let (desired, errors) = read_static_shims(&dir);
     for e in &errors {
         tracing::error!("ignoring a static Shim file until it is fixed: {e}");
     }
-    let changes = static_changes(&desired, state, !errors.is_empty());
-    let report = node.apply_with(store, state, changes).await?;
-    if !report.installed.is_empty() || !report.removed.is_empty() {
-        tracing::info!(installed = ?report.installed, removed = ?report.removed, restarts = report.restarts, "node reconciled");
+    let key_of = |name: &str| {
+        Some(
+            desired
+                .iter()
+                .find(|s| s.name() == name)
+                .map_or_else(|| UNINSTALL_KEY.to_string(), Shim::spec_hash),
+        )
+    };
+    let mut held = retries.held(tokio::time::Instant::now(), key_of);
+    if crate::crashes::forget_stale(state, key_of) {
+        store.save(state)?;
     }
-    Ok(report.restarts)
+    for name in crate::crashes::set_aside(state, key_of) {
+        if let Some(rec) = state.crashes.get(&name) {
+            tracing::error!(shim = %name, reason = crate::crashes::REASON, "{name}: {}", crate::crashes::message(rec));
+        }
+        held.insert(name);
+    }
+    let mut changes = static_changes(&desired, state, !errors.is_empty());
+    changes.retain(|c| !held.contains(crate::txn::classify::change_name(c)));
+    let work = crate::txn::real_work(&changes, state, &node.host_facts(state));
+    let keys = work
+        .iter()
+        .filter_map(|n| Some((n.clone(), key_of(n)?)))
+        .collect();
+    if crate::crashes::begin(state, keys, crate::txn::record::now_secs()) {
+        store.save(state)?;
+    }
+    for name in &work {
+        failpoint(&format!("round::{name}"));
+    }
+    let result = node.apply_with(store, state, changes).await;
+    let mut ended = crate::crashes::end(state);
+    for name in &work {
+        ended |= crate::crashes::forget(state, name);
+    }
+    if ended {
+        store.save(state)?;
+    }
+    match result {
+        Ok(report) => {
+            for n in report.installed.iter().chain(&report.removed) {
+                retries.succeeded(n);
+            }
+            if !report.installed.is_empty() || !report.removed.is_empty() {
+                tracing::info!(installed = ?report.installed, removed = ?report.removed, restarts = report.restarts, "node reconciled");
+            }
+            Ok(report.restarts)
+        }
+        Err(e) => {
+            let reason = txn_reason(&e);
+            for name in &work {
+                let key = key_of(name).unwrap_or_default();
+                let pause = retries.failed(name, &key, reason, tokio::time::Instant::now());
+                tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed ({reason}), retrying in {} s: {e:#}", pause.as_secs());
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The stable reason of a failed round: the transaction's, else the first typed error's.
+fn txn_reason(e: &anyhow::Error) -> &'static str {
+    for cause in e.chain() {
+        if let Some(t) = cause.downcast_ref::<crate::txn::TxnError>() {
+            return t.reason();
+        }
+        if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
+            return a.reason();
+        }
+        if let Some(c) = cause.downcast_ref::<crate::containerd::ConfigError>() {
+            return c.reason();
+        }
+    }
+    "TransactionFailed"
+}
+
+fn failpoint(_name: &str) {
+    fail::fail_point!(_name);
 }
 
 /// Run rounds until `shutdown` fires.
@@ -160,12 +249,18 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let (store, mut state) = node.open().await?;
+    let crashed = crate::crashes::count(&mut state, crate::txn::record::now_secs());
+    if !crashed.is_empty() {
+        store.save(&state)?;
+        tracing::error!(shims = ?crashed, "the agent stopped during a round working on {}: counted as a crash of each", crashed.join(", "));
+    }
     adopt_pending(&node.health, &store, &mut state).await?;
     let (tx, mut events) = mpsc::channel::<()>(16);
     let _watcher = watch(&watched_paths(node), tx)?;
     crate::telemetry::ready();
+    let mut retries = Retries::default();
     loop {
-        let failing = match reconcile_once(node, &store, &mut state).await {
+        let failing = match reconcile(node, &store, &mut state, &mut retries).await {
             Ok(_) => Vec::new(),
             Err(e) => {
                 tracing::error!("reconcile failed; retrying on the next change: {e:#}");
@@ -176,12 +271,24 @@ pub async fn run<R: Restarter, H: HealthCheck>(
         if let Err(e) = node.collect_retained(&store, &mut state) {
             tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
         }
-        // while versions are retained, look again sooner than the full re-check
-        let next = if state.retained.is_empty() {
+        // while versions are retained, or a Shim waits its backoff, look again sooner than
+        // the full re-check
+        let next_retry = retries
+            .failing()
+            .values()
+            .map(|f| {
+                f.retry_at
+                    .saturating_duration_since(tokio::time::Instant::now())
+            })
+            .min();
+        let mut next = Duration::from_secs(if state.retained.is_empty() {
             RESYNC_INTERVAL_SECS
         } else {
             crate::txn::retain::RETAIN_CHECK_SECS
-        };
+        });
+        if let Some(r) = next_retry {
+            next = next.min(r.max(Duration::from_millis(DEBOUNCE_MILLIS)));
+        }
         tokio::select! {
             _ = shutdown.changed() => return Ok(()),
             _ = events.recv() => {
@@ -189,7 +296,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
                 tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
                 while events.try_recv().is_ok() {}
             }
-            _ = tokio::time::sleep(Duration::from_secs(next)) => {}
+            _ = tokio::time::sleep(next) => {}
         }
     }
 }

@@ -11,7 +11,8 @@
 //! - [`cluster`]: the Kubernetes daemon; [`cli`]: what the commands do;
 //! - [`telemetry`]: journal message ids, metrics and the status line the core records;
 //!   [`service`]: the systemd service around `run` (notify, signals, reload, logs, metrics);
-//! - [`text`]: untrusted text clipped on character boundaries; [`events`]: Kubernetes Events.
+//! - [`text`]: untrusted text clipped on character boundaries; [`events`]: Kubernetes Events;
+//!   [`crashes`]: a Shim the agent keeps crashing on is set aside.
 
 // Any byte offset into untrusted text may fall inside a character (src/text.rs).
 #![deny(clippy::string_slice)]
@@ -21,6 +22,7 @@ pub mod artifact;
 pub mod cli;
 pub mod cluster;
 pub mod containerd;
+pub mod crashes;
 pub mod daemon;
 pub mod events;
 pub mod fsutil;
@@ -28,6 +30,7 @@ pub mod hooks;
 pub mod hostroot;
 pub mod node;
 pub mod profile;
+pub mod retry;
 pub mod service;
 pub mod settings;
 pub mod state;

@@ -1,7 +1,5 @@
 //! The agent's bookkeeping around a round, pure: how a failure is named (a stable reason for conditions and metrics) and how long to back off.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
@@ -9,20 +7,12 @@ use super::target::PodUse;
 use crate::api::Shim;
 use crate::state::NodeState;
 
-/// First retry after a failure; doubled per failure up to [`BACKOFF_MAX_SECS`].
-pub const BACKOFF_BASE_SECS: u64 = 10;
-/// Longest pause between attempts of a failing Shim.
-pub const BACKOFF_MAX_SECS: u64 = 600;
+pub use crate::retry::{BACKOFF_BASE_SECS, BACKOFF_MAX_SECS, backoff};
 
 pub const UNINSTALL_KEY: &str = "uninstall";
 
 pub fn spec_key(shim: &Shim) -> String {
     format!("{}:{}", shim.uid().unwrap_or_default(), shim.spec_hash())
-}
-
-pub fn backoff(attempts: u32) -> Duration {
-    let secs = BACKOFF_BASE_SECS.saturating_mul(1 << attempts.saturating_sub(1).min(10));
-    Duration::from_secs(secs.min(BACKOFF_MAX_SECS))
 }
 
 pub use crate::txn::classify::change_name;

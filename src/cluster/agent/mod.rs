@@ -36,6 +36,7 @@ use crate::txn::{Change, HealthCheck, Node, Restarter};
 use caches::{Caches, fingerprint, quiet, sleep_until_opt};
 
 mod caches;
+mod isolation;
 mod node_sync;
 mod outcome;
 
@@ -93,6 +94,8 @@ pub struct Agent<'n, 'a, R, H> {
     solo: BTreeSet<String>,
     blocked_seen: BTreeMap<String, Vec<String>>,
     conflicts_seen: BTreeSet<String>,
+    /// Shims set aside after crashes, already reported.
+    aside_seen: BTreeSet<String>,
     node_sync_due: Option<Instant>,
     node_sync_failures: u32,
     /// A change failed (or a batch was split): run the next round at once for the others.
@@ -119,6 +122,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             solo: BTreeSet::new(),
             blocked_seen: BTreeMap::new(),
             conflicts_seen: BTreeSet::new(),
+            aside_seen: BTreeSet::new(),
             node_sync_due: None,
             node_sync_failures: 0,
             rerun_now: false,
@@ -135,6 +139,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         files: &mut mpsc::Receiver<()>,
         mut credentials_changed: impl FnMut() -> bool,
     ) -> anyhow::Result<Exit> {
+        self.count_crash(store, state);
         adopt_pending(&self.node.health, store, state).await?;
         crate::telemetry::settled(state.shims.len(), Vec::new());
         crate::telemetry::doing(Some("connecting to the cluster".into()));
@@ -248,6 +253,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 _ => f.retry_at = None,
             }
         }
+        held.extend(self.set_aside(store, state, &cluster, &current).await);
         let labels = current.labels().clone();
         let mut plan = {
             let inputs = Inputs {
@@ -282,6 +288,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             pods: &pods,
             held: &held,
         };
+        self.begin_work(store, state, &work, &cluster);
         // Announce what is under way (best effort), while the transaction runs.
         let announce = if work.is_empty() {
             None
@@ -345,6 +352,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         self.report_blocked_and_conflicts(&plan, &cluster, &current)
             .await;
         self.sync_node(current, &view, state, &plan).await;
+        self.end_work(store, state, &work);
     }
 
     /// After a batch failed without naming its culprit, run one change at a time.
