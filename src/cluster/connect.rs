@@ -41,30 +41,95 @@ impl std::fmt::Display for Source {
     }
 }
 
-/// Pick the credentials: the configured kubeconfig, the kubelet's, or in-cluster; `None`
-/// when there is no cluster to talk to (the agent then runs static Shims only).
-pub fn find_source(settings: &Settings) -> anyhow::Result<Option<Source>> {
+/// The credentials there are now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Ready to connect with.
+    Ready(Source),
+    /// A kubeconfig is expected but not usable yet (first boot: the kubelet's TLS bootstrap
+    /// or `kubeadm join` writes it, and its client certificate, after the agent started);
+    /// what is missing.
+    Waiting(String),
+    /// No cluster to talk to: static Shims only.
+    Nothing,
+}
+
+/// How often a node without usable credentials looks for them again.
+pub const KUBECONFIG_POLL_SECS: u64 = 2;
+
+/// Pick the credentials: the configured kubeconfig, the kubelet's, or in-cluster. A
+/// kubeconfig counts once it parses and the client certificate and key it names exist.
+pub fn find(settings: &Settings) -> Found {
     let configured = settings.kubernetes.kubeconfig.trim();
     if !configured.is_empty() {
         let p = PathBuf::from(configured);
-        anyhow::ensure!(
-            p.is_file(),
-            "kubernetes.kubeconfig {} does not exist; fix the setting in the agent's config",
-            p.display()
-        );
-        return Ok(Some(Source::Kubeconfig(p)));
+        if !p.is_file() {
+            return Found::Waiting(format!(
+                "kubernetes.kubeconfig {} does not exist (yet); fix the setting if it never will",
+                p.display()
+            ));
+        }
+        return ready_or_waiting(p);
     }
     if let Some(p) = KUBELET_KUBECONFIGS
         .iter()
         .map(Path::new)
         .find(|p| p.is_file())
     {
-        return Ok(Some(Source::Kubeconfig(p.to_path_buf())));
+        return ready_or_waiting(p.to_path_buf());
     }
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        return Ok(Some(Source::InCluster));
+        return Found::Ready(Source::InCluster);
     }
-    Ok(None)
+    Found::Nothing
+}
+
+fn ready_or_waiting(p: PathBuf) -> Found {
+    match missing_credentials(&p) {
+        None => Found::Ready(Source::Kubeconfig(p)),
+        Some(why) => Found::Waiting(why),
+    }
+}
+
+/// What keeps the kubeconfig at `path` from being used, if anything: it does not parse, or
+/// its current user's client certificate or key file does not exist yet.
+pub fn missing_credentials(path: &Path) -> Option<String> {
+    let kc = match Kubeconfig::read_from(path) {
+        Ok(kc) => kc,
+        Err(e) => {
+            return Some(format!(
+                "kubeconfig {} does not parse yet: {e}",
+                path.display()
+            ));
+        }
+    };
+    let base = path.parent().unwrap_or(Path::new("/"));
+    let context = kc.current_context.as_deref();
+    let user = kc
+        .contexts
+        .iter()
+        .find(|c| Some(c.name.as_str()) == context)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.user.clone());
+    let auth = kc
+        .auth_infos
+        .iter()
+        .find(|a| user.as_deref().is_none_or(|u| a.name == u))
+        .and_then(|a| a.auth_info.as_ref())?;
+    for f in [&auth.client_certificate, &auth.client_key]
+        .into_iter()
+        .flatten()
+    {
+        let file = base.join(f);
+        if !file.is_file() {
+            return Some(format!(
+                "kubeconfig {} names {}, which does not exist yet",
+                path.display(),
+                file.display()
+            ));
+        }
+    }
+    None
 }
 
 /// A client for `source`, with every file read now.
@@ -139,5 +204,37 @@ impl CredentialWatch {
             }
         }
         Some(h.finalize().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:6443'}\nusers:\n- name: node\n  user: {client-certificate: pki/kubelet-client-current.pem, client-key: pki/kubelet-client-current.pem}\ncontexts:\n- name: ctx\n  context: {cluster: c, user: node}\ncurrent-context: ctx\n";
+
+    #[test]
+    fn a_kubeconfig_counts_once_it_parses_and_its_client_certificate_exists() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("kubeconfig");
+        let mut settings = Settings::default();
+        settings.kubernetes.kubeconfig = path.display().to_string();
+        // first boot: not written yet
+        let Found::Waiting(why) = find(&settings) else {
+            panic!("{:?}", find(&settings))
+        };
+        assert!(why.contains("does not exist"), "{why}");
+        // half written
+        std::fs::write(&path, "apiVersion: v1\nclusters: [").unwrap();
+        assert!(matches!(find(&settings), Found::Waiting(w) if w.contains("does not parse")));
+        // written, its certificate not issued yet (the kubelet's TLS bootstrap)
+        std::fs::write(&path, KUBECONFIG).unwrap();
+        let Found::Waiting(why) = find(&settings) else {
+            panic!("{:?}", find(&settings))
+        };
+        assert!(why.contains("kubelet-client-current.pem"), "{why}");
+        std::fs::create_dir(d.path().join("pki")).unwrap();
+        std::fs::write(d.path().join("pki/kubelet-client-current.pem"), "pem").unwrap();
+        assert_eq!(find(&settings), Found::Ready(Source::Kubeconfig(path)));
     }
 }

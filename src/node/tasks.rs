@@ -19,6 +19,9 @@ use crate::hostroot::HostRoot;
 pub const TASK_DIR: &str = "io.containerd.runtime.v2.task";
 /// The bundle file naming the shim binary the task was started through.
 pub const SHIM_PATH_FILE: &str = "shim-binary-path";
+/// The bundle file of a pod's container on containerd 2.x: the id of its pod sandbox, whose
+/// shim runs it (the container's bundle names no shim of its own).
+pub const SANDBOX_FILE: &str = "sandbox";
 /// containerd's default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/run/containerd";
 
@@ -27,8 +30,9 @@ pub const DEFAULT_STATE_DIR: &str = "/run/containerd";
 pub struct Task {
     pub namespace: String,
     pub id: String,
-    /// Host path of the shim binary it was started through; `None` when the bundle does not
-    /// record one (a bundle being created or deleted right now).
+    /// Host path of the shim binary it was started through (for a pod's container on
+    /// containerd 2.x, its sandbox's); `None` when the bundle records none (a bundle being
+    /// created or deleted right now).
     pub shim_path: Option<String>,
 }
 
@@ -80,6 +84,7 @@ pub fn scan(root: &HostRoot, state_dirs: &[String], reached: &[PathBuf]) -> Task
         .filter_map(|s| root.resolve(Path::new(s).join(TASK_DIR)).ok())
         .chain(reached.iter().map(|d| d.join(TASK_DIR)));
     let mut seen = std::collections::BTreeSet::new();
+    let mut sandboxes: Vec<(usize, String)> = Vec::new();
     for dir in dirs {
         if !seen.insert(dir.clone()) {
             continue;
@@ -88,23 +93,50 @@ pub fn scan(root: &HostRoot, state_dirs: &[String], reached: &[PathBuf]) -> Task
             let ns_dir = dir.join(&ns);
             for id in read_dir_names(&ns_dir, &mut out.errors) {
                 let bundle = ns_dir.join(&id);
-                let shim_path = match std::fs::read(bundle.join(SHIM_PATH_FILE)) {
-                    Ok(bytes) => parse_shim_path(&bytes),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                    Err(e) => {
-                        out.errors.push(format!("{}: {e}", bundle.display()));
-                        None
-                    }
+                let shim_path = read_small(&bundle.join(SHIM_PATH_FILE), &mut out.errors);
+                let sandbox = match shim_path {
+                    Some(_) => None,
+                    None => read_small(&bundle.join(SANDBOX_FILE), &mut out.errors),
                 };
+                let namespace = ns.clone();
                 out.tasks.push(Task {
-                    namespace: ns.clone(),
+                    namespace,
                     id,
                     shim_path,
                 });
+                if let Some(sb) = sandbox {
+                    sandboxes.push((out.tasks.len() - 1, sb));
+                }
             }
         }
     }
+    // a pod's container runs in its sandbox's shim
+    for (i, sandbox) in sandboxes {
+        let Some(ns) = out.tasks.get(i).map(|t| t.namespace.clone()) else {
+            continue;
+        };
+        let path = out
+            .tasks
+            .iter()
+            .find(|t| t.namespace == ns && t.id == sandbox)
+            .and_then(|t| t.shim_path.clone());
+        if let Some(t) = out.tasks.get_mut(i) {
+            t.shim_path = path;
+        }
+    }
     out
+}
+
+/// A bundle file's text, trimmed (`None`: missing or empty; a read error is listed).
+fn read_small(path: &Path, errors: &mut Vec<String>) -> Option<String> {
+    match std::fs::read(path) {
+        Ok(bytes) => parse_shim_path(&bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            errors.push(format!("{}: {e}", path.display()));
+            None
+        }
+    }
 }
 
 /// The entries of `dir` that are directories, by name (a missing `dir` has none).
@@ -175,6 +207,7 @@ mod tests {
             ),
             ("default", "t1", Some("/usr/bin/containerd-shim-runc-v2")),
             ("k8s.io", "new", None),
+            ("k8s.io", "ctr-in-abc", None),
         ] {
             let b = base.join(ns).join(id);
             std::fs::create_dir_all(&b).unwrap();
@@ -182,6 +215,8 @@ mod tests {
                 std::fs::write(b.join(SHIM_PATH_FILE), p).unwrap();
             }
         }
+        // containerd 2.x: a pod's container names its sandbox, not a shim
+        std::fs::write(base.join("k8s.io/ctr-in-abc").join(SANDBOX_FILE), "abc\n").unwrap();
         let found = scan(&root, &["/run/containerd".to_string()], &[]);
         assert!(found.errors.is_empty(), "{found:?}");
         let names: Vec<(String, Option<String>)> = found
@@ -200,6 +235,10 @@ mod tests {
                     "k8s.io/abc".into(),
                     Some("/opt/shim-agent/shims/w/aa/containerd-shim-w-v1".into())
                 ),
+                (
+                    "k8s.io/ctr-in-abc".into(),
+                    Some("/opt/shim-agent/shims/w/aa/containerd-shim-w-v1".into())
+                ),
                 ("k8s.io/new".into(), None),
             ]
         );
@@ -212,7 +251,7 @@ mod tests {
             &["/run/containerd".to_string()],
             &[d.path().join("run/containerd")],
         );
-        assert_eq!(reached.tasks.len(), 3);
+        assert_eq!(reached.tasks.len(), 4);
         assert_eq!(none, TaskScan::default());
     }
 }

@@ -175,23 +175,61 @@ async fn session_until_signal(
     }
 }
 
-/// One run of the agent with `settings`, until `stop` turns true.
+/// One run of the agent with `settings`, until `stop` turns true. Without usable cluster
+/// credentials it runs the static Shims and looks for them every
+/// [`KUBECONFIG_POLL_SECS`](cluster::connect::KUBECONFIG_POLL_SECS): on first boot the
+/// kubelet's kubeconfig (and its client certificate) arrive after the agent started, and the
+/// agent then goes on as a cluster agent, in the same process.
 async fn run_session(
     root: &HostRoot,
     settings: &Settings,
-    stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    match cluster::connect::find_source(settings)? {
-        Some(source) => {
-            let node = live_node(root, settings, Origin::Cluster).await?;
-            let config = cluster::session::SessionConfig::from_settings(source, settings)?;
-            tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (cluster and static Shims) as node {}", config.node_name);
-            cluster::session::run(&node, config, stop).await
+    use cluster::connect::Found;
+    loop {
+        let why = match cluster::connect::find(settings) {
+            Found::Ready(source) => {
+                let node = live_node(root, settings, Origin::Cluster).await?;
+                let config = cluster::session::SessionConfig::from_settings(source, settings)?;
+                tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (cluster and static Shims) as node {}", config.node_name);
+                return cluster::session::run(&node, config, stop).await;
+            }
+            Found::Waiting(why) => why,
+            Found::Nothing => "no kubeconfig found".to_string(),
+        };
+        let node = live_node(root, settings, Origin::Static).await?;
+        tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (static Shims only: {why}); looking for the cluster's credentials every {} s", cluster::connect::KUBECONFIG_POLL_SECS);
+        let (static_stop, static_rx) = watch::channel(false);
+        let daemon = crate::daemon::run(&node, static_rx);
+        let mut daemon = std::pin::pin!(daemon);
+        let joined = tokio::select! {
+            result = &mut daemon => return result,
+            _ = stop.changed() => false,
+            () = credentials_ready(settings) => true,
+        };
+        // the static round under way finishes first
+        let _ = static_stop.send(true);
+        daemon.await?;
+        if !joined {
+            return Ok(());
         }
-        None => {
-            let node = live_node(root, settings, Origin::Static).await?;
-            tracing::info!(unit = %node.profile.unit, config = %node.profile.config, "shim-agent running (static Shims only: no kubeconfig found)");
-            crate::daemon::run(&node, stop).await
+        tracing::info!("cluster credentials found: the node joined; going on as a cluster agent");
+    }
+}
+
+/// Resolves once [`cluster::connect::find`] finds usable credentials.
+async fn credentials_ready(settings: &Settings) {
+    let every = std::time::Duration::from_secs(cluster::connect::KUBECONFIG_POLL_SECS);
+    let mut last = String::new();
+    loop {
+        tokio::time::sleep(every).await;
+        match cluster::connect::find(settings) {
+            cluster::connect::Found::Ready(_) => return,
+            cluster::connect::Found::Waiting(why) if why != last => {
+                tracing::info!("waiting for the cluster's credentials: {why}");
+                last = why;
+            }
+            _ => {}
         }
     }
 }
