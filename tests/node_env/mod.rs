@@ -26,6 +26,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part of the harness
 
+pub mod agent;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
