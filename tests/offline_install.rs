@@ -12,13 +12,10 @@ use shim_agent::api::load::parse_shims;
 use shim_agent::artifact::{Platform, node_platform};
 use shim_agent::cli::image::{self, InstallOptions, InstallOutcome};
 use shim_agent::cli::status;
-use shim_agent::hostroot::HostRoot;
 use shim_agent::settings::Settings;
 use shim_agent::state::{NodeState, ShimState, StateStore};
+use support::image_root::{Image, image, run_install, uninstall, write_artifact};
 use support::{Entry, TestServer, foreign_elf, real_elf, sha256_hex, tar_gz};
-
-const DEBIAN_CONFIG: &str =
-    "../shared/containerd-configs/debian12-containerd-1.6.20-etc-config.toml";
 
 /// Every file and directory under `dir` with its mode and content: "exactly as it was".
 fn deep_snapshot(dir: &Path) -> BTreeMap<String, (u32, Option<Vec<u8>>)> {
@@ -43,73 +40,10 @@ fn deep_snapshot(dir: &Path) -> BTreeMap<String, (u32, Option<Vec<u8>>)> {
     out
 }
 
-struct Image {
-    _tmp: tempfile::TempDir,
-    root: HostRoot,
-    artifacts: std::path::PathBuf,
-    original_config: Vec<u8>,
-}
-
-fn image() -> Image {
-    let tmp = tempfile::tempdir().unwrap();
-    let rootdir = tmp.path().join("root");
-    std::fs::create_dir_all(rootdir.join("etc/containerd")).unwrap();
-    let cfg = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(DEBIAN_CONFIG))
-        .expect("shared corpus next to the repo");
-    std::fs::write(rootdir.join("etc/containerd/config.toml"), &cfg).unwrap();
-    let artifacts = tmp.path().join("artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    Image {
-        root: HostRoot::new(&rootdir).unwrap(),
-        artifacts,
-        original_config: cfg,
-        _tmp: tmp,
-    }
-}
-
 fn shim_yaml(name: &str, location: &str, sha256: &str, extra_runtime: &str) -> String {
     format!(
         "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata:\n  name: {name}\nspec:\n  fetchStrategy:\n    type: anonymousHttp\n    anonHttp:\n      location: {location}\n      sha256: {sha256}\n  runtimeClass:\n    name: {name}\n  runtime:\n    options: {{SystemdCgroup: true}}\n{extra_runtime}"
     )
-}
-
-fn write_artifact(img: &Image, file: &str, bytes: &[u8]) -> (String, String) {
-    let p = img.artifacts.join(file);
-    std::fs::write(&p, bytes).unwrap();
-    (format!("file://{}", p.display()), sha256_hex(bytes))
-}
-
-fn opts() -> InstallOptions {
-    InstallOptions {
-        platform: node_platform(),
-        progress: false,
-    }
-}
-
-fn run_install(img: &Image, yaml: &str) -> anyhow::Result<InstallOutcome> {
-    let shim = parse_shims(yaml, "shim.yaml").unwrap().remove(0);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(image::install_offline(
-        &img.root,
-        &Settings::default(),
-        &shim,
-        &opts(),
-    ))
-}
-
-fn uninstall(img: &Image, name: &str) -> anyhow::Result<image::UninstallOutcome> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(image::uninstall_offline(
-        &img.root,
-        &Settings::default(),
-        name,
-    ))
 }
 
 fn good_artifact() -> Vec<u8> {

@@ -7,6 +7,7 @@ pub mod agent_rig;
 pub mod fleet;
 pub mod hooks_kube;
 pub mod hookserver;
+pub mod image_root;
 pub mod kube;
 pub mod live;
 pub mod tls;
