@@ -111,17 +111,14 @@ pub fn scan(root: &HostRoot, state_dirs: &[String], reached: &[PathBuf]) -> Task
         }
     }
     // a pod's container runs in its sandbox's shim
+    let shims: std::collections::HashMap<(String, String), String> = out
+        .tasks
+        .iter()
+        .filter_map(|t| Some(((t.namespace.clone(), t.id.clone()), t.shim_path.clone()?)))
+        .collect();
     for (i, sandbox) in sandboxes {
-        let Some(ns) = out.tasks.get(i).map(|t| t.namespace.clone()) else {
-            continue;
-        };
-        let path = out
-            .tasks
-            .iter()
-            .find(|t| t.namespace == ns && t.id == sandbox)
-            .and_then(|t| t.shim_path.clone());
         if let Some(t) = out.tasks.get_mut(i) {
-            t.shim_path = path;
+            t.shim_path = shims.get(&(t.namespace.clone(), sandbox)).cloned();
         }
     }
     out
