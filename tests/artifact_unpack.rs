@@ -392,6 +392,24 @@ async fn a_stream_cut_inside_an_entry_is_truncated() {
 }
 
 #[tokio::test]
+async fn a_plain_tar_cut_inside_a_header_is_truncated() {
+    let tar = tar_bytes(&[shim(), Entry::File("README", b"x".to_vec(), 0o644)]);
+    let readme_header = 512 + real_elf().len().div_ceil(512) * 512;
+    let e = refused_with(
+        Format::Tar,
+        &tar[..readme_header + 100],
+        Limits::default(),
+        "TruncatedArchive",
+    )
+    .await;
+    let msg = e.to_string();
+    assert!(
+        msg.contains("the tar data ends early at entry \"after containerd-shim-demo-v2\""),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
 async fn a_compressed_stream_missing_its_last_byte_is_truncated() {
     // The tar is whole, only the format's trailer (size, checksum, index) is cut.
     let tar = tar_bytes(&[shim()]);

@@ -179,10 +179,7 @@ impl Unpacker<'_> {
                 location,
                 detail: format!("bad {codec} data{at}: {source}"),
             },
-            // the tar crate's own "unexpected EOF during skip" is of kind Other
-            None if e.kind() == io::ErrorKind::UnexpectedEof
-                || e.to_string().contains("unexpected EOF") =>
-            {
+            None if e.kind() == io::ErrorKind::UnexpectedEof || tar_ends_early(&e) => {
                 ArtifactError::TruncatedArchive {
                     location,
                     detail: format!("the {name} data ends early{at}"),
@@ -433,6 +430,12 @@ fn make_dir(p: &Path) -> Result<(), ArtifactError> {
     fs::create_dir(p).map_err(|e| ArtifactError::io("create directory", p, e))?;
     fs::set_permissions(p, fs::Permissions::from_mode(0o755))
         .map_err(|e| ArtifactError::io("set mode of", p, e))
+}
+
+/// The tar crate's own errors for a stream that ends inside a block (of kind Other).
+fn tar_ends_early(e: &io::Error) -> bool {
+    let msg = e.to_string();
+    msg.contains("unexpected EOF") || msg.contains("failed to read entire block")
 }
 
 fn describe_type(t: tar::EntryType) -> &'static str {
