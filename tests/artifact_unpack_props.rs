@@ -1,13 +1,18 @@
-//! Property tests for the unpacker on generated hostile archives: whatever the entries
-//! (names with `..`, `/`, `.`, links in all directions, duplicates), unpacking never
-//! panics, never touches anything outside its target, and leaves no link that resolves
-//! outside it. Corrupted bytes never panic either.
+//! Property tests for the unpacker on generated hostile archives, in every format (tar,
+//! tar.gz, tar.zst, tar.xz): whatever the entries (names with `..`, `/`, `.`, links in all
+//! directions, duplicates), unpacking never panics, never touches anything outside its
+//! target, and leaves no link that resolves outside it. Corrupted bytes never panic either,
+//! whether the tar is corrupt inside a sound compressed stream or the compressed stream
+//! itself is.
+
+mod support;
 
 use std::path::Path;
 
 use proptest::prelude::*;
 use shim_agent::artifact::Limits;
 use shim_agent::artifact::unpack::{UnpackOptions, unpack_stream};
+use support::Format;
 
 #[derive(Debug, Clone)]
 enum Kind {
@@ -30,6 +35,10 @@ fn name() -> impl Strategy<Value = String> {
         let joined = parts.join("/");
         if abs { format!("/{joined}") } else { joined }
     })
+}
+
+fn format() -> impl Strategy<Value = Format> {
+    prop::sample::select(Format::ALL.to_vec())
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
@@ -67,6 +76,21 @@ fn archive(entries: &[(String, Kind)]) -> Vec<u8> {
         b.append(&h, data).unwrap();
     }
     b.into_inner().unwrap()
+}
+
+/// Flip bytes and cut the end.
+fn corrupt(
+    mut bytes: Vec<u8>,
+    flips: &[(prop::sample::Index, u8)],
+    cut: &prop::sample::Index,
+) -> Vec<u8> {
+    for (i, b) in flips {
+        let at = i.index(bytes.len());
+        bytes[at] ^= b;
+    }
+    let keep = cut.index(bytes.len() + 1);
+    bytes.truncate(keep);
+    bytes
 }
 
 /// Every path under `dest`, followed through links, stays under `dest` (or dangles).
@@ -120,26 +144,31 @@ fn run(bytes: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn generated_archives_never_escape(entries in prop::collection::vec((name(), kind()), 1..8)) {
-        run(&archive(&entries));
+    fn generated_archives_never_escape(
+        entries in prop::collection::vec((name(), kind()), 1..8),
+        format in format(),
+    ) {
+        run(&format.compress(&archive(&entries)));
     }
 
     #[test]
     fn corrupted_archives_never_panic(
         entries in prop::collection::vec((name(), kind()), 1..4),
+        format in format(),
+        // corrupt the tar inside a sound stream, or the compressed stream itself
+        inside in any::<bool>(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         cut in any::<prop::sample::Index>(),
     ) {
-        let mut bytes = archive(&entries);
-        for (i, b) in flips {
-            let at = i.index(bytes.len());
-            bytes[at] ^= b;
-        }
-        let keep = cut.index(bytes.len() + 1);
-        bytes.truncate(keep);
+        let tar = archive(&entries);
+        let bytes = if inside {
+            format.compress(&corrupt(tar, &flips, &cut))
+        } else {
+            corrupt(format.compress(&tar), &flips, &cut)
+        };
         run(&bytes);
     }
 }

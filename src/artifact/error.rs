@@ -120,9 +120,10 @@ pub enum ArtifactError {
     )]
     DownloadTooLarge { location: String, limit: u64 },
 
-    /// The download is neither a tar, a gzip'd tar nor an ELF binary.
+    /// The download is not a tar (plain, or compressed with gzip, zstd or xz) nor an ELF
+    /// binary, or its compressed stream does not hold a tar.
     #[error(
-        "{location} is not a tar, tar.gz or ELF file ({found}); check that the location points at the artifact itself"
+        "{location} is not a tar, tar.gz, tar.zst, tar.xz or ELF file ({found}); check that the location points at the artifact itself"
     )]
     NotAnArchive { location: String, found: String },
 
@@ -132,7 +133,7 @@ pub enum ArtifactError {
     )]
     TruncatedArchive { location: String, detail: String },
 
-    /// The archive is malformed (bad gzip data, bad tar header).
+    /// The archive is malformed (bad gzip, zstd or xz data, bad tar header).
     #[error("archive {location} is corrupt: {detail}")]
     CorruptArchive { location: String, detail: String },
 

@@ -8,9 +8,11 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use super::paths::shown_name;
 use super::{ArtifactError, elf};
 use crate::fsutil::{sync_dir, temp_sibling};
 use crate::hostroot::HostRoot;
@@ -81,7 +83,7 @@ pub fn find_shim_binary(
     let path = match candidates.as_slice() {
         [one] => (*one).clone(),
         [] => {
-            let mut found = rel_names.clone();
+            let mut found: Vec<String> = files.iter().map(|p| listed(dir, p)).collect();
             if found.len() > LISTED_MAX {
                 let more = found.len() - LISTED_MAX;
                 found.truncate(LISTED_MAX);
@@ -96,10 +98,7 @@ pub fn find_shim_binary(
             });
         }
         many => {
-            let names: Vec<String> = many
-                .iter()
-                .map(|p| p.strip_prefix(dir).unwrap_or(p).display().to_string())
-                .collect();
+            let names: Vec<String> = many.iter().map(|p| listed(dir, p)).collect();
             return Err(ArtifactError::AmbiguousShimBinary {
                 candidates: names.join(", "),
             });
@@ -116,6 +115,13 @@ pub fn find_shim_binary(
     }
     elf::check_elf(&path, arch)?;
     Ok(path)
+}
+
+/// A file of the artifact as a message lists it: relative, quoted and escaped (names are
+/// any bytes: control characters, invalid UTF-8), cut if long.
+fn listed(dir: &Path, p: &Path) -> String {
+    let rel = p.strip_prefix(dir).unwrap_or(p);
+    format!("{:?}", shown_name(rel.as_os_str().as_bytes()))
 }
 
 /// Files and symlinks in a tree, sorted, not following links.

@@ -1,37 +1,50 @@
 //! Safe, streaming extraction of an untrusted artifact into an empty directory.
 //!
-//! The format is found from magic bytes: gzip (`1f 8b`, must hold a tar), tar (`ustar` at
-//! offset 257) or a bare ELF binary (stored as one file). Entries are walked one by one —
-//! `tar::Archive::unpack` is not used — and each must pass these rules, else the whole
-//! artifact is refused with an error naming the entry and the rule:
-//! - a relative path without `..`, that does not pass through a symlink, not seen before;
+//! The format is told from magic bytes (`format.rs`): a tar, a tar compressed with gzip,
+//! zstd or xz, or a bare ELF binary (stored as one file). A compressed stream that does not
+//! hold a tar is refused. Whatever the compression, one tar walk reads the decoded stream:
+//! entries are taken one by one — `tar::Archive::unpack` is not used — and each must pass
+//! these rules, else the whole artifact is refused with an error naming the entry and the
+//! rule:
+//! - a relative path without `..`, that does not pass through a symlink, not seen before,
+//!   whose components fit in a file name (255 bytes) and whole fits in 4095 (`paths.rs`);
 //! - regular files, directories, hard links to an earlier regular file, and symlinks whose
 //!   relative target stays inside the tree; no devices, fifos or other types;
 //! - no setuid/setgid bits; files become 0755 (any exec bit) or 0644, directories 0755;
-//! - at most `max_entries` entries, `max_file_bytes` per file and `max_unpacked_bytes` in
-//!   all, counted from the headers before writing and from the data while writing.
+//! - at most `max_entries` entries, `max_file_bytes` per file, and `max_unpacked_bytes` for
+//!   the whole decoded tar stream (headers, data, padding and anything after the tar's
+//!   end), checked from the headers before writing and from the data while reading;
+//! - at most [`MAX_HEADER_BYTES`](super::format::MAX_HEADER_BYTES) of headers (long names,
+//!   pax records) and skipped data before each entry.
 //!
-//! Everything left after the archive's end is read (and counted) so that the caller's
-//! digest covers every byte of the download.
+//! Everything left after the archive's end is read so that the caller's digest covers every
+//! byte of the download. Names from the archive are shown lossily decoded, escaped and cut
+//! (`paths::shown_name`); nothing here slices a name, so no name can make it panic.
 
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
-use super::{ArtifactError, Limits, elf};
+use super::format::{
+    Cap, Format, MAX_HEADER_BYTES, MAX_WINDOW_BYTES, Meter, StreamError, TarStream, is_tar,
+    preview, read_head,
+};
+use super::paths::{check_symlink_target, safe_relative, shown_name};
+use super::{ArtifactError, Limits};
 
-/// Size of the head read to detect the format (one tar header block).
-const HEAD_LEN: usize = 512;
 /// Copy buffer size.
 const COPY_BUF_BYTES: usize = 256 * 1024;
+/// What the stream after the tar's end is called in errors.
+const AFTER_END: &str = "(data after the end of the archive)";
 
 /// What was unpacked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnpackSummary {
     pub entries: u64,
+    /// Bytes of file data written.
     pub bytes: u64,
 }
 
@@ -51,91 +64,44 @@ pub fn unpack_stream<R: Read>(
     dest: &Path,
     opts: &UnpackOptions<'_>,
 ) -> Result<UnpackSummary, ArtifactError> {
+    let meter = Meter::new(opts.limits.max_unpacked_bytes);
     let mut u = Unpacker {
         dest,
         opts,
+        format: Format::Tar,
+        meter: &meter,
         summary: UnpackSummary::default(),
     };
     let (head, rest) = read_head(reader).map_err(|e| u.read_error(e, ""))?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        let gz = flate2::read::GzDecoder::new(io::Cursor::new(head).chain(rest));
-        let (inner, gz) = read_head(gz).map_err(|e| u.read_error(e, ""))?;
-        if !is_tar(&inner) {
-            return Err(u.not_archive(format!(
-                "a gzip stream that does not hold a tar archive: {}",
-                preview(&inner)
-            )));
-        }
-        let mut tail = u.unpack_tar(io::Cursor::new(inner).chain(gz))?;
-        u.drain(&mut tail)?;
-        // Bytes after the gzip member: read them so the digest covers the whole download.
-        let (_, decoder) = tail.into_inner();
-        let (_, mut raw) = decoder.into_inner().into_inner();
-        drain_raw(&mut raw).map_err(|e| u.read_error(e, ""))?;
-    } else if is_tar(&head) {
-        let mut rest = u.unpack_tar(io::Cursor::new(head).chain(rest))?;
-        drain_raw(&mut rest).map_err(|e| u.read_error(e, ""))?;
-    } else if elf::is_elf(&head) {
-        u.unpack_bare(io::Cursor::new(head).chain(rest))?;
-    } else {
-        return Err(u.not_archive(preview(&head)));
+    u.format = Format::detect(&head).ok_or_else(|| u.not_archive(preview(&head)))?;
+    let raw = io::Cursor::new(head).chain(rest);
+    if u.format == Format::Elf {
+        u.unpack_bare(raw)?;
+        return Ok(u.summary);
     }
+    let stream = TarStream::open(u.format, raw, &meter).map_err(|e| u.read_error(e, ""))?;
+    let (inner, stream) = read_head(stream).map_err(|e| u.read_error(e, ""))?;
+    if !is_tar(&inner) {
+        return Err(u.not_archive(format!(
+            "the {} stream does not hold a tar archive: {}",
+            u.format.codec(),
+            preview(&inner)
+        )));
+    }
+    let mut tail = u.unpack_tar(io::Cursor::new(inner).chain(stream))?;
+    // The rest of the tar stream (end blocks, padding): decoded and counted by the meter.
+    io::copy(&mut tail, &mut io::sink()).map_err(|e| u.read_error(e, AFTER_END))?;
+    // The download after the compressed stream: read so the digest covers it.
+    let (_, stream) = tail.into_inner();
+    io::copy(&mut stream.into_raw(), &mut io::sink()).map_err(|e| u.read_error(e, AFTER_END))?;
     Ok(u.summary)
-}
-
-/// Read up to [`HEAD_LEN`] bytes; the reader continues after them.
-fn read_head<R: Read>(mut r: R) -> io::Result<(Vec<u8>, R)> {
-    let mut head = vec![0u8; HEAD_LEN];
-    let mut n = 0;
-    while n < HEAD_LEN {
-        match r.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    head.truncate(n);
-    Ok((head, r))
-}
-
-fn is_tar(head: &[u8]) -> bool {
-    head.len() >= 262 && &head[257..262] == b"ustar"
-}
-
-/// A printable hint of what the bytes look like.
-fn preview(head: &[u8]) -> String {
-    if head.is_empty() {
-        return "it is empty".into();
-    }
-    let text: String = head
-        .iter()
-        .take(40)
-        .map(|&b| {
-            if b.is_ascii_graphic() || b == b' ' {
-                b as char
-            } else {
-                '.'
-            }
-        })
-        .collect();
-    let lower = text.to_ascii_lowercase();
-    let kind = if lower.contains("<html") || lower.contains("<!doctype") {
-        "it looks like an HTML page, "
-    } else {
-        ""
-    };
-    format!("{kind}it starts with {text:?}")
-}
-
-/// Read the rest of the raw download so that its digest covers every byte.
-fn drain_raw<R: Read>(r: &mut R) -> io::Result<()> {
-    io::copy(r, &mut io::sink()).map(|_| ())
 }
 
 struct Unpacker<'a> {
     dest: &'a Path,
     opts: &'a UnpackOptions<'a>,
+    format: Format,
+    meter: &'a Meter,
     summary: UnpackSummary,
 }
 
@@ -167,65 +133,86 @@ impl Unpacker<'_> {
         }
     }
 
-    /// Map a read error of the archive stream (not of the destination).
+    /// Map a read error of the archive stream (not of the destination); `entry` says where
+    /// in the archive ("" before the first entry).
     fn read_error(&self, e: io::Error, entry: &str) -> ArtifactError {
         let at = if entry.is_empty() {
             String::new()
         } else {
             format!(" at entry {entry:?}")
         };
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            ArtifactError::TruncatedArchive {
-                location: self.location(),
-                detail: format!("unexpected end of data{at}"),
+        let location = self.location();
+        let name = self.format.name();
+        match StreamError::of(&e) {
+            Some(StreamError::OverCap(cap)) => {
+                let entry = if entry.is_empty() { "(the first entry)" } else { entry };
+                let detail = match cap {
+                    Cap::Total => format!(
+                        "more than {} bytes unpacked in all (tar headers, data and padding)",
+                        self.meter.cap()
+                    ),
+                    Cap::Headers => format!(
+                        "more than {MAX_HEADER_BYTES} bytes of tar headers (long names, pax records) or skipped data before the next entry"
+                    ),
+                };
+                self.too_large(entry, detail)
             }
-        } else {
-            ArtifactError::CorruptArchive {
-                location: self.location(),
-                detail: format!("{e}{at}"),
+            Some(StreamError::Window { codec, needed }) => self.too_large(
+                &format!("({codec} stream header)"),
+                match needed {
+                    Some(n) => format!(
+                        "decoding needs a {n}-byte window, above the limit of {MAX_WINDOW_BYTES}; compress with a smaller one (zstd without --long, or --long=27 at most)"
+                    ),
+                    None => format!(
+                        "decoding needs more than {} MiB of memory for its dictionary; compress with a smaller one (xz -9 needs 64 MiB)",
+                        MAX_WINDOW_BYTES >> 20
+                    ),
+                },
+            ),
+            Some(StreamError::Decode {
+                codec, eof: true, ..
+            }) => ArtifactError::TruncatedArchive {
+                location,
+                detail: format!("the {codec} stream ends early{at}"),
+            },
+            Some(StreamError::Decode { codec, source, .. }) => ArtifactError::CorruptArchive {
+                location,
+                detail: format!("bad {codec} data{at}: {source}"),
+            },
+            None if e.kind() == io::ErrorKind::UnexpectedEof || tar_ends_early(&e) => {
+                ArtifactError::TruncatedArchive {
+                    location,
+                    detail: format!("the {name} data ends early{at}"),
+                }
             }
+            None => ArtifactError::CorruptArchive {
+                location,
+                detail: format!("bad {name} data{at}: {e}"),
+            },
         }
     }
 
     /// Walk the tar entries; returns the reader positioned after the archive's end.
     fn unpack_tar<R: Read>(&mut self, reader: R) -> Result<R, ArtifactError> {
         let mut archive = tar::Archive::new(reader);
-        let entries = archive.entries().map_err(|e| self.read_error(e, ""))?;
-        let mut last = String::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| self.read_error(e, &format!("after {last}")))?;
-            last = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let mut entries = archive.entries().map_err(|e| self.read_error(e, ""))?;
+        let mut at = "(the first entry)".to_string();
+        loop {
+            // headers, long names, pax records and the skipped rest of the last entry
+            self.meter.start_headers();
+            let next = entries.next();
+            self.meter.end_headers();
+            let Some(entry) = next else { break };
+            let entry = entry.map_err(|e| self.read_error(e, &at))?;
+            at = format!("after {}", shown_name(&entry.path_bytes()));
             self.unpack_entry(entry)?;
         }
         Ok(archive.into_inner())
     }
 
-    /// Count the rest of a decompressed stream (trailing tar blocks) against the cap.
-    fn drain<R: Read>(&mut self, r: &mut R) -> Result<(), ArtifactError> {
-        let mut buf = vec![0u8; COPY_BUF_BYTES];
-        loop {
-            let n = match r.read(&mut buf) {
-                Ok(0) => return Ok(()),
-                Ok(n) => n as u64,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(self.read_error(e, "")),
-            };
-            self.summary.bytes += n;
-            if self.summary.bytes > self.opts.limits.max_unpacked_bytes {
-                return Err(self.too_large(
-                    "(data after the end of the archive)",
-                    format!(
-                        "more than {} bytes unpacked in all",
-                        self.opts.limits.max_unpacked_bytes
-                    ),
-                ));
-            }
-        }
-    }
-
     fn unpack_entry<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<(), ArtifactError> {
         let raw_path = entry.path_bytes().into_owned();
-        let name = String::from_utf8_lossy(&raw_path).into_owned();
+        let name = shown_name(&raw_path);
         let kind = entry.header().entry_type();
         if kind == tar::EntryType::XGlobalHeader {
             return Ok(());
@@ -273,7 +260,8 @@ impl Unpacker<'_> {
                         ),
                     ));
                 }
-                if self.summary.bytes.saturating_add(size) > limits.max_unpacked_bytes {
+                // its data would take the tar stream past the cap
+                if self.meter.read().saturating_add(size) > limits.max_unpacked_bytes {
                     return Err(self.too_large(
                         &name,
                         format!(
@@ -297,7 +285,7 @@ impl Unpacker<'_> {
                 let link = entry
                     .link_name_bytes()
                     .ok_or_else(|| self.unsafe_entry(&name, "hard link without a target"))?;
-                let shown = String::from_utf8_lossy(&link).into_owned();
+                let shown = shown_name(&link);
                 let to = safe_relative(&link)
                     .map_err(|rule| {
                         self.unsafe_entry(&name, format!("hard link to {shown:?}: {rule}"))
@@ -444,57 +432,10 @@ fn make_dir(p: &Path) -> Result<(), ArtifactError> {
         .map_err(|e| ArtifactError::io("set mode of", p, e))
 }
 
-/// A path from the archive as a clean relative path; `None` for the root itself (`./`).
-fn safe_relative(raw: &[u8]) -> Result<Option<PathBuf>, String> {
-    if raw.is_empty() {
-        return Err("empty path".into());
-    }
-    if raw.contains(&0) {
-        return Err("NUL byte in path".into());
-    }
-    let p = Path::new(OsStr::from_bytes(raw));
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::CurDir => {}
-            Component::ParentDir => return Err("path contains \"..\"".into()),
-            Component::RootDir | Component::Prefix(_) => return Err("absolute path".into()),
-        }
-    }
-    Ok((!out.as_os_str().is_empty()).then_some(out))
-}
-
-/// A symlink at `rel` may point to `target` only if the target is relative, its `..`
-/// components all come first and do not climb above the tree's root. (With `..` only in
-/// front, resolution climbs real directories and then only descends, so no chain of such
-/// links can leave the tree.)
-fn check_symlink_target(rel: &Path, target: &[u8]) -> Result<(), String> {
-    let shown = String::from_utf8_lossy(target);
-    let t = Path::new(OsStr::from_bytes(target));
-    if target.is_empty() {
-        return Err("symlink with an empty target".into());
-    }
-    if t.is_absolute() {
-        return Err(format!("symlink to absolute path {shown:?}"));
-    }
-    let depth = rel.components().count().saturating_sub(1);
-    let mut ups = 0usize;
-    let mut descended = false;
-    for c in t.components() {
-        match c {
-            Component::ParentDir if descended => {
-                return Err(format!("symlink target {shown:?} has \"..\" after a name"));
-            }
-            Component::ParentDir => ups += 1,
-            Component::Normal(_) => descended = true,
-            _ => {}
-        }
-    }
-    if ups > depth {
-        return Err(format!("symlink to {shown:?} points outside the archive"));
-    }
-    Ok(())
+/// The tar crate's own errors for a stream that ends inside a block (of kind Other).
+fn tar_ends_early(e: &io::Error) -> bool {
+    let msg = e.to_string();
+    msg.contains("unexpected EOF") || msg.contains("failed to read entire block")
 }
 
 fn describe_type(t: tar::EntryType) -> &'static str {
@@ -504,34 +445,5 @@ fn describe_type(t: tar::EntryType) -> &'static str {
         tar::EntryType::Fifo => "fifo",
         tar::EntryType::GNUSparse => "GNU sparse file",
         _ => "(unsupported)",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn relative_paths_are_cleaned_and_escapes_refused() {
-        assert_eq!(safe_relative(b"./a/b").unwrap(), Some(PathBuf::from("a/b")));
-        assert_eq!(safe_relative(b"./").unwrap(), None);
-        assert!(
-            safe_relative(b"/etc/passwd")
-                .unwrap_err()
-                .contains("absolute")
-        );
-        assert!(safe_relative(b"a/../../x").unwrap_err().contains(".."));
-        assert!(safe_relative(b"").is_err());
-    }
-
-    #[test]
-    fn symlink_targets_must_stay_inside() {
-        let at = |p: &str, t: &str| check_symlink_target(Path::new(p), t.as_bytes());
-        assert!(at("bin/shim", "../lib/shim").is_ok());
-        assert!(at("shim", "bin/shim").is_ok());
-        assert!(at("shim", "../x").is_err());
-        assert!(at("a/l", "/etc").is_err());
-        // "d/s/.." would be safe lexically but not through a symlink d/s: refused
-        assert!(at("t", "d/s/..").is_err());
     }
 }

@@ -266,12 +266,23 @@ pub enum Entry {
     Hardlink(&'static str, &'static str),
     CharDevice(&'static str),
     Fifo(&'static str),
+    /// A file whose name is any bytes, up to 100 (the header's name field).
+    RawName(Vec<u8>, Vec<u8>, u32),
+    /// A file with a name of any length, through a GNU long-name entry.
+    LongName(Vec<u8>, Vec<u8>),
+    /// A GNU long-name entry of this many bytes (name bytes `a`), then a small file.
+    HugeLongName(usize),
+    /// A directory whose header claims this many bytes of data, all there (zeros).
+    DirWithData(&'static str, usize),
 }
 
 fn raw_header(name: &str, kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
+    raw_header_bytes(name.as_bytes(), kind, size, mode)
+}
+
+fn raw_header_bytes(name: &[u8], kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
     let mut h = tar::Header::new_gnu();
-    let bytes = name.as_bytes();
-    h.as_old_mut().name[..bytes.len()].copy_from_slice(bytes);
+    h.as_old_mut().name[..name.len()].copy_from_slice(name);
     h.set_entry_type(kind);
     h.set_size(size);
     h.set_mode(mode);
@@ -311,11 +322,142 @@ pub fn tar_bytes(entries: &[Entry]) -> Vec<u8> {
                 (h, &[])
             }
             Entry::Fifo(n) => (raw_header(n, tar::EntryType::Fifo, 0, 0o600), &[]),
+            Entry::RawName(n, d, m) => (
+                raw_header_bytes(n, tar::EntryType::Regular, d.len() as u64, *m),
+                d,
+            ),
+            Entry::LongName(n, d) => {
+                append_long_name(&mut b, n);
+                (
+                    raw_header("long-name", tar::EntryType::Regular, d.len() as u64, 0o644),
+                    d,
+                )
+            }
+            Entry::HugeLongName(len) => {
+                append_long_name(&mut b, &vec![b'a'; *len]);
+                (raw_header("x", tar::EntryType::Regular, 0, 0o644), &[])
+            }
+            Entry::DirWithData(n, len) => {
+                let mut h = raw_header(n, tar::EntryType::Directory, *len as u64, 0o755);
+                h.set_cksum();
+                b.append(&h, std::io::repeat(0).take(*len as u64)).unwrap();
+                continue;
+            }
         };
         h.set_cksum();
         b.append(&h, data).unwrap();
     }
     b.into_inner().unwrap()
+}
+
+/// A GNU long-name entry (`L`) holding `name` as it is: it names the next entry.
+fn append_long_name(b: &mut tar::Builder<Vec<u8>>, name: &[u8]) {
+    let mut h = raw_header(
+        "././@LongLink",
+        tar::EntryType::GNULongName,
+        name.len() as u64,
+        0o644,
+    );
+    h.set_cksum();
+    b.append(&h, name).unwrap();
+}
+
+/// `n` pseudo-random (incompressible) bytes, the same every time.
+pub fn noise(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+/// The archive formats the unpacker reads, for tests run once per format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Tar,
+    Gz,
+    Zst,
+    Xz,
+}
+
+impl Format {
+    pub const ALL: [Format; 4] = [Format::Tar, Format::Gz, Format::Zst, Format::Xz];
+    /// The compressed ones.
+    pub const COMPRESSED: [Format; 3] = [Format::Gz, Format::Zst, Format::Xz];
+
+    /// As a file name would end.
+    pub fn ext(self) -> &'static str {
+        match self {
+            Format::Tar => "tar",
+            Format::Gz => "tar.gz",
+            Format::Zst => "tar.zst",
+            Format::Xz => "tar.xz",
+        }
+    }
+
+    /// The outer layer as the unpacker's messages name it.
+    pub fn codec(self) -> &'static str {
+        match self {
+            Format::Tar => "tar",
+            Format::Gz => "gzip",
+            Format::Zst => "zstd",
+            Format::Xz => "xz",
+        }
+    }
+
+    /// `tar` (any bytes) in this format: compressed, or as it is for [`Format::Tar`].
+    pub fn compress(self, tar: &[u8]) -> Vec<u8> {
+        match self {
+            Format::Tar => tar.to_vec(),
+            Format::Gz => gzip(tar),
+            Format::Zst => zstd(tar),
+            Format::Xz => xz(tar),
+        }
+    }
+
+    /// Like [`Format::compress`] but storing the bytes as they are where the format can
+    /// (gzip level 0, zstd raw blocks, xz preset 0), so that a flipped byte of the stream is a
+    /// flipped byte of the data, caught only by the format's checksum.
+    pub fn store(self, tar: &[u8]) -> Vec<u8> {
+        match self {
+            Format::Gz => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+                e.write_all(tar).unwrap();
+                e.finish().unwrap()
+            }
+            Format::Zst => ruzstd::encoding::compress_to_vec(
+                tar,
+                ruzstd::encoding::CompressionLevel::Uncompressed,
+            ),
+            Format::Xz => xz_preset(tar, 0),
+            Format::Tar => tar.to_vec(),
+        }
+    }
+
+    /// A tar of these entries in this format.
+    pub fn archive(self, entries: &[Entry]) -> Vec<u8> {
+        self.compress(&tar_bytes(entries))
+    }
+}
+
+pub fn zstd(data: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+pub fn xz(data: &[u8]) -> Vec<u8> {
+    xz_preset(data, 1)
+}
+
+fn xz_preset(data: &[u8], preset: u32) -> Vec<u8> {
+    let mut w =
+        lzma_rust2::XzWriter::new(Vec::new(), lzma_rust2::XzOptions::with_preset(preset)).unwrap();
+    w.write_all(data).unwrap();
+    w.finish().unwrap()
 }
 
 pub fn gzip(data: &[u8]) -> Vec<u8> {
@@ -338,9 +480,9 @@ pub fn good_shim_tgz() -> Vec<u8> {
     ])
 }
 
-/// A gzip'd tar whose one entry claims `claimed` bytes; only `written` zero bytes follow
+/// A tar whose one entry claims `claimed` bytes; only `written` zero bytes follow
 /// (a bomb's header, without materialising the bomb).
-pub fn bomb_tgz(claimed: u64, written: usize) -> Vec<u8> {
+pub fn bomb_tar(claimed: u64, written: usize) -> Vec<u8> {
     let mut h = raw_header(
         "containerd-shim-bomb-v2",
         tar::EntryType::Regular,
@@ -348,16 +490,14 @@ pub fn bomb_tgz(claimed: u64, written: usize) -> Vec<u8> {
         0o755,
     );
     h.set_cksum();
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    e.write_all(h.as_bytes()).unwrap();
-    let zeros = vec![0u8; 1 << 20];
-    let mut left = written;
-    while left > 0 {
-        let n = left.min(zeros.len());
-        e.write_all(&zeros[..n]).unwrap();
-        left -= n;
-    }
-    e.finish().unwrap()
+    let mut tar = h.as_bytes().to_vec();
+    tar.resize(512 + written, 0);
+    tar
+}
+
+/// [`bomb_tar`], gzip'd.
+pub fn bomb_tgz(claimed: u64, written: usize) -> Vec<u8> {
+    gzip(&bomb_tar(claimed, written))
 }
 
 // ---- file system ----
