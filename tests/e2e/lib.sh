@@ -73,9 +73,17 @@ e2e_build_deb() {
 # --- the control plane ------------------------------------------------------------------------
 KUBECONFIG_E2E=""
 k() { "$E2E_ASSETS/kubectl" --kubeconfig "$KUBECONFIG_E2E" "$@"; }
+# `kubectl logs` works: the API server reaches the kubelet at the Node's InternalIP (the host's
+# address: the node shares its network) with a client certificate of the instance's CA, and the
+# kubelet listens there (KUBELET_ADDRESS, read by kubelet-node.sh prepare).
+export KUBELET_ADDRESS=${KUBELET_ADDRESS:-0.0.0.0}
 e2e_control_plane_up() {
+  local pki=${KUBE_ENV_STATE:-/var/tmp/kube-env}/$KUBE_ENV_NAME/pki
   E2E_ASSETS=$("$E2E_KUBE_ENV/assets.sh")
   E2E_KUBE_UP=1
+  "$E2E_KUBE_ENV/pki.sh"
+  "$E2E_KUBE_ENV/identity.sh" kube-apiserver-kubelet-client system:masters >/dev/null
+  export KUBE_ENV_APISERVER_ARGS="--kubelet-client-certificate=$pki/kube-apiserver-kubelet-client.crt --kubelet-client-key=$pki/kube-apiserver-kubelet-client.key --kubelet-preferred-address-types=InternalIP ${KUBE_ENV_APISERVER_ARGS:-}"
   KUBECONFIG_E2E=$("$E2E_KUBE_ENV/up.sh" | tail -n 1)
   export KUBECONFIG_E2E E2E_ASSETS
 }
@@ -89,14 +97,39 @@ e2e_apply_manifests() {
 # while baking the image) and in the node (where the agent reads them): an air-gapped node's
 # way, with no server to run (the node image has no CA certificates, on purpose).
 E2E_ART=/srv/shim-agent-$KUBE_ENV_NAME
-# e2e_artifact NAME SHIM_BINARY: a .tar.gz holding bin/containerd-shim-NAME-v2 (a renamed real shim),
-# at $E2E_ART/NAME.tar.gz; prints its sha256.
+# e2e_artifact NAME ARCHIVE: the artifact ARCHIVE (a shim's release .tar.gz) as Shim NAME's, at
+# $E2E_ART/NAME.tar.gz (one artifact can serve several Shims); prints its sha256.
 e2e_artifact() {
-  local name=$1 src=$2 d=$E2E_WORK/art/$1
-  mkdir -p "$d/bin" "$E2E_ART"
-  install -m 0755 "$src" "$d/bin/containerd-shim-$name-v2"
-  tar -czf "$E2E_ART/$name.tar.gz" -C "$d" bin
-  sha256sum "$E2E_ART/$name.tar.gz" | cut -d' ' -f1
+  mkdir -p "$E2E_ART"
+  cp "$2" "$E2E_ART/$1.tar.gz"
+  sha256sum "$E2E_ART/$1.tar.gz" | cut -d' ' -f1
+}
+
+# --- real runtimes, built only from what the package registries hold (tests/shims/README.md) ---
+# The Wasm shim (containerd-shim-wasmi-v1: runwasi's containerd-shim-wasm with wasmi, from
+# crates.io) and its image. Both are cached under SHIM_AGENT_TEST_CACHE; a cold shim build takes
+# minutes (logged with its time). Sets E2E_WASM_SHIM (the runwasi-style .tar.gz) and
+# E2E_WASM_IMAGE_TAR (an OCI archive of $E2E_WASM_IMAGE: /hello.wasm prints "hello from wasm",
+# /sleep.wasm runs until killed).
+E2E_WASM_IMAGE=docker.io/library/shim-agent-wasm-hello:v1
+e2e_wasm_artifacts() {
+  local t=$SECONDS
+  E2E_WASM_SHIM=$(nice -n 10 "$E2E_REPO/tests/shims/build-wasm-shim") || fail "tests/shims/build-wasm-shim failed"
+  E2E_WASM_SHIM_SECS=$((SECONDS - t))
+  E2E_WASM_IMAGE_TAR=$("$E2E_REPO/tests/shims/build-wasm-image") || fail "tests/shims/build-wasm-image failed"
+}
+# e2e_gvisor_artifact RUNC_SHIM: gVisor's runsc (Debian's) with RUNC_SHIM (the node's own
+# containerd line's runc shim) and a launcher, one .tar.gz of four files; prints its path.
+e2e_gvisor_artifact() {
+  RUNC_SHIM=$1 "$E2E_REPO/tests/shims/build-runsc-artifact" || fail "tests/shims/build-runsc-artifact failed"
+}
+# e2e_import_image MACHINE ROOT ARCHIVE: an OCI archive into the booted node's k8s.io namespace.
+# --all-platforms: a wasi/wasm image is no platform of the node's; --local: containerd 2.x unpacks
+# it at import (its transfer service would not, and CRI could not create the container).
+e2e_import_image() {
+  mkdir -p "$2/var/tmp/images"
+  cp "$3" "$2/var/tmp/images/${3##*/}"
+  X "$1" ctr -n k8s.io images import --local --all-platforms "/var/tmp/images/${3##*/}" >/dev/null
 }
 # The artifacts into the node image, at the same path.
 e2e_publish_artifacts() { mkdir -p "$1$E2E_ART"; cp "$E2E_ART"/*.tar.gz "$1$E2E_ART/"; }
@@ -208,6 +241,30 @@ spec:
       $3
 YAML
 }
+
+# e2e_wasm_pod NAME RUNTIMECLASS [MODULE]: a hostNetwork pod of the Wasm image; its entrypoint
+# (/hello.wasm) or /MODULE. Its own pid namespace (the default; a shared one fails on 2.3.4).
+e2e_wasm_pod() {
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default}
+spec:
+  runtimeClassName: $2
+  hostNetwork: true
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 2
+  tolerations: [{key: node.kubernetes.io/not-ready, operator: Exists, effect: NoSchedule}]
+  containers:
+  - name: main
+    image: $E2E_WASM_IMAGE
+    imagePullPolicy: Never
+$( [ -z "${3:-}" ] || printf '    command: ["/%s"]\n' "$3" )
+YAML
+}
+# pod_logs NAME: what the pod's container wrote (kubectl logs: the API server asks the kubelet)
+pod_logs() { k logs "$1" 2>&1; }
 
 # What went wrong: the agent's and the kubelet's journals and the objects.
 e2e_diagnose() {
