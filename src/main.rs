@@ -56,6 +56,12 @@ enum Command {
     /// Keep this node matching the static Shims in /etc/shim-agent/shims.d/*.yaml (re-read on
     /// change), repair drift, adopt offline installs. Runs until SIGTERM.
     Run(RunArgs),
+    /// Run the coordinator only, with a coordinator identity (group
+    /// containerd.x-k8s.io:coordinators): the election, then the finalizers, RuntimeClasses,
+    /// Shim status and rollout slots of every Shim, until SIGTERM. Use it where node agents get
+    /// no coordinator credentials (e.g. a Deployment with the shim-agent-coordinator
+    /// ServiceAccount, in-cluster).
+    Coordinate(CoordinateArgs),
     /// Inspect or edit containerd's config directly (no restart, no state).
     #[command(subcommand)]
     Containerd(cli::containerd::ContainerdCmd),
@@ -77,6 +83,16 @@ struct RootArg {
     /// profile's socket under the root).
     #[arg(long, requires = "root")]
     live: bool,
+}
+
+#[derive(Args, Debug)]
+struct CoordinateArgs {
+    /// The coordinator identity's kubeconfig (default: in-cluster).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Name in the coordinator election (default: node.name, else the host name).
+    #[arg(long, value_name = "NAME")]
+    identity: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -200,6 +216,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::GenerateDocs { .. } => {} // done above
         Command::Install(args) => cmd_install(&settings, args)?,
         Command::Uninstall(args) => cmd_uninstall(&settings, args)?,
+        Command::Coordinate(args) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+            .block_on(cli::coordinate::run(
+                &settings,
+                args.kubeconfig,
+                args.identity,
+            ))?,
         // (run returned above)
         Command::Run(_) => {}
         Command::Status(args) => {

@@ -142,6 +142,11 @@ pub struct KubernetesSettings {
     /// kubeconfig to use; empty = the kubelet's (`/etc/kubernetes/kubelet.conf`, then
     /// `/var/lib/kubelet/kubeconfig`), else in-cluster; none of them: static Shims only.
     pub kubeconfig: String,
+    /// kubeconfig of a coordinator identity (group `containerd.x-k8s.io:coordinators`): with
+    /// it, this agent also stands for the coordinator election and, elected, does the
+    /// cluster-wide work (RuntimeClasses, Shim status, slots). Empty: it does not. Give it to
+    /// trusted nodes only (a node's own credential never carries the coordinator's verbs).
+    pub coordinator_kubeconfig: String,
     /// How long the coordinator Lease is valid without renewal.
     pub lease_duration_secs: u64,
     /// How long the coordinator keeps trying to renew before it steps down.
@@ -161,6 +166,7 @@ impl Default for KubernetesSettings {
     fn default() -> Self {
         KubernetesSettings {
             kubeconfig: String::new(),
+            coordinator_kubeconfig: String::new(),
             lease_duration_secs: 15,
             renew_deadline_secs: 10,
             retry_period_secs: 2,

@@ -102,7 +102,7 @@ fn the_server_refuses_each_bad_shim_with_the_rule_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_identity_may_touch_only_its_own_node_and_the_shim_finalizer() {
+async fn a_node_identity_may_touch_only_its_own_node_and_the_coordinator_only_the_shim_finalizer() {
     let _serial = SERIAL.lock().await;
     let Some(env) = kube_env() else { return };
     env.create_node("kapi-a", &[]).await;
@@ -141,96 +141,112 @@ async fn a_node_identity_may_touch_only_its_own_node_and_the_shim_finalizer() {
     assert!(!ok && out.contains("forbidden"), "create: {out}");
     let (ok, out) = env.kubectl_as(&a, &["delete", "shim", "kapi-rbac"]);
     assert!(!ok && out.contains("forbidden"), "delete: {out}");
-    // kubectl patch would GET first (not granted): patch as the agent does
-    let node_client = support::kube::client_for(&a).await;
-    let shims: Api<Shim> = Api::all(node_client);
-    let patch = |v: serde_json::Value| {
-        let shims = shims.clone();
-        async move {
-            shims
-                .patch("kapi-rbac", &PatchParams::default(), &Patch::Merge(&v))
-                .await
-                .map_err(|e| e.to_string())
+    // kubectl patch would GET first (not granted): patch as the agent would
+    let patcher = |client: kube::Client| {
+        let shims: Api<Shim> = Api::all(client);
+        move |v: serde_json::Value, status: bool| {
+            let shims = shims.clone();
+            async move {
+                let pp = PatchParams::default();
+                let r = if status {
+                    shims
+                        .patch_status("kapi-rbac", &pp, &Patch::Merge(&v))
+                        .await
+                } else {
+                    shims.patch("kapi-rbac", &pp, &Patch::Merge(&v)).await
+                };
+                r.map(|_| ()).map_err(|e| e.to_string())
+            }
         }
     };
-    // the spec: the admission policy says no
-    let e = patch(json!({"spec": {"runtimeClass": {"name": "other"}}}))
+    // a node identity writes no Shim at all: not its finalizer, not its status (the
+    // coordinator's, and a forged status.approvedGeneration would skip BeforeRollout)
+    let node = patcher(support::kube::client_for(&a).await);
+    for (body, status) in [
+        (
+            json!({"metadata": {"finalizers": ["containerd.x-k8s.io/cleanup"]}}),
+            false,
+        ),
+        (json!({"status": {"approvedGeneration": 1}}), true),
+    ] {
+        let e = node(body, status).await.unwrap_err();
+        assert!(e.contains("forbidden"), "node identity: {e}");
+    }
+    // the coordinator: the admission policy holds it to the finalizer
+    let coordinator = patcher(support::kube::client_for(&env.coordinator_identity()).await);
+    let e = coordinator(json!({"spec": {"runtimeClass": {"name": "other"}}}), false)
         .await
         .unwrap_err();
     assert!(e.contains("may not change a Shim's spec"), "spec: {e}");
-    let e = patch(json!({"metadata": {"labels": {"x": "y"}}}))
+    let e = coordinator(json!({"metadata": {"labels": {"x": "y"}}}), false)
         .await
         .unwrap_err();
     assert!(e.contains("labels or annotations"), "labels: {e}");
-    let e = patch(json!({"metadata": {"finalizers": ["example.com/other"]}}))
-        .await
-        .unwrap_err();
+    let e = coordinator(
+        json!({"metadata": {"finalizers": ["example.com/other"]}}),
+        false,
+    )
+    .await
+    .unwrap_err();
     assert!(
         e.contains("only add or remove the containerd.x-k8s.io/cleanup"),
         "foreign finalizer: {e}"
     );
-    // its finalizer: allowed, and removable
-    patch(json!({"metadata": {"finalizers": ["containerd.x-k8s.io/cleanup"]}}))
-        .await
-        .expect("adding our finalizer");
-    patch(json!({"metadata": {"finalizers": null}}))
+    // its finalizer: allowed, and removable; status: allowed
+    coordinator(
+        json!({"metadata": {"finalizers": ["containerd.x-k8s.io/cleanup"]}}),
+        false,
+    )
+    .await
+    .expect("adding our finalizer");
+    coordinator(json!({"metadata": {"finalizers": null}}), false)
         .await
         .expect("removing our finalizer");
-    // status: allowed (the coordinator writes it)
-    shims
-        .patch_status(
-            "kapi-rbac",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"observedGeneration": 1}})),
-        )
+    coordinator(json!({"status": {"observedGeneration": 1}}), true)
         .await
         .expect("status");
     // coordination Leases outside kube-node-lease: NodeRestriction says no (why ShimLease)
     let lease = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: kapi, namespace: shim-agent-system}\nspec: {holderIdentity: kapi-a}\n";
     let (ok, out) = env.apply_as(&a, lease);
     assert!(!ok && out.contains("kube-node-lease"), "lease: {out}");
-    // the dedicated ServiceAccount variant: the same verbs, the same admission policy
+    // the ServiceAccounts: the node agents' has a node's verbs, the coordinator's its own
     let sa = "--as=system:serviceaccount:shim-agent-system:shim-agent";
-    for (verb, ok_expected) in [
-        ("list shims.containerd.x-k8s.io", "yes"),
-        ("patch shims.containerd.x-k8s.io", "yes"),
-        ("create shims.containerd.x-k8s.io", "no"),
-        ("get secrets -n default", "no"),
+    let coord_sa = "--as=system:serviceaccount:shim-agent-system:shim-agent-coordinator";
+    for (verb, who, ok_expected) in [
+        ("list shims.containerd.x-k8s.io", sa, "yes"),
+        ("patch shims.containerd.x-k8s.io", sa, "no"),
+        (
+            "patch shims.containerd.x-k8s.io --subresource=status",
+            sa,
+            "no",
+        ),
+        ("create runtimeclasses.node.k8s.io", sa, "no"),
+        ("create shims.containerd.x-k8s.io", sa, "no"),
+        ("get secrets -n default", sa, "no"),
         (
             "update shimleases.containerd.x-k8s.io -n shim-agent-system",
+            sa,
             "yes",
         ),
+        (
+            "create shimleases.containerd.x-k8s.io -n shim-agent-system",
+            sa,
+            "no",
+        ),
+        ("patch shims.containerd.x-k8s.io", coord_sa, "yes"),
+        ("create runtimeclasses.node.k8s.io", coord_sa, "yes"),
+        ("patch nodes", coord_sa, "no"),
+        ("get secrets -n default", coord_sa, "no"),
     ] {
         let mut args = vec!["auth", "can-i"];
         args.extend(verb.split(' '));
-        args.push(sa);
+        args.push(who);
         let (_, out) = env.kubectl(&args);
         assert_eq!(
             out.lines().next().unwrap_or_default().trim(),
             ok_expected,
-            "{verb}: {out}"
+            "{verb} {who}: {out}"
         );
     }
-    // kubectl patch would GET first (not granted): patch as the agent does, impersonating
-    let mut kc = kube::config::Kubeconfig::read_from(&env.admin).unwrap();
-    for a in &mut kc.auth_infos {
-        if let Some(info) = a.auth_info.as_mut() {
-            info.impersonate = Some("system:serviceaccount:shim-agent-system:shim-agent".into());
-        }
-    }
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let as_sa: Api<Shim> = Api::all(kube::Client::try_from(cfg).unwrap());
-    let e = as_sa
-        .patch(
-            "kapi-rbac",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"runtimeClass": {"name": "other"}}})),
-        )
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("may not change a Shim's spec"), "sa spec: {e}");
     env.kubectl(&["delete", "shim", "kapi-rbac", "--wait=false"]);
 }

@@ -79,6 +79,7 @@ async fn without_the_extension_crd_a_restart_goes_through_at_once() {
     let config = SessionConfig {
         source: Source::Kubeconfig(kubeconfig.clone()),
         node_name: name.into(),
+        coordinator_source: Some(Source::Kubeconfig(inst.coordinator_identity())),
         coordinator: fast(),
         node_wait: Duration::from_secs(20),
         credential_check: Duration::from_millis(500),

@@ -94,9 +94,16 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         &std::fs::read(&identity).expect("read the node identity's kubeconfig"),
         0o600,
     );
+    // the node stands for the coordinator election too: the operator gave it a coordinator
+    // identity (a node's own credential carries no cluster-wide verbs)
+    write(
+        &env.root.join("etc/shim-agent/coordinator.kubeconfig"),
+        &std::fs::read(kube.coordinator_identity()).expect("the coordinator identity"),
+        0o600,
+    );
     write(
         &env.root.join("etc/shim-agent/config.toml"),
-        format!("[node]\nname = \"{name}\"\n").as_bytes(),
+        format!("[node]\nname = \"{name}\"\n\n[kubernetes]\ncoordinator-kubeconfig = \"/etc/shim-agent/coordinator.kubeconfig\"\n").as_bytes(),
         0o644,
     );
 

@@ -9,6 +9,22 @@
 //! Lease's, so client-go's election semantics carry over unchanged.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+// The wire names of rollout slots (docs/design.md §5): the agents, the coordinator and the
+// admission policies (api::policies) all read them.
+/// Label on a slot Lease: the Shim it belongs to.
+pub const SLOT_SHIM_LABEL: &str = "containerd.x-k8s.io/slot-of";
+/// Label on a held slot Lease: its holder (so a node finds its own slots at start).
+pub const SLOT_HOLDER_LABEL: &str = "containerd.x-k8s.io/slot-holder";
+/// Annotation on a slot Lease: JSON failure note of the node holding it.
+pub const SLOT_FAILED: &str = "containerd.x-k8s.io/slot-failed";
+/// Annotation on a slot Lease: why nobody may take it now (`halted`, `retired`, `budget`).
+pub const SLOT_CLOSED: &str = "containerd.x-k8s.io/slot-closed";
+/// Annotation on a slot Lease the coordinator freed: the holder whose Node was deleted.
+pub const SLOT_FREED: &str = "containerd.x-k8s.io/slot-freed-from";
+/// Annotation on a slot Lease: N, the Shim's slot count the coordinator keeps now. A waiting
+/// node that sees it differ from the N it chose its candidates by lists the slots again.
+pub const SLOT_COUNT: &str = "containerd.x-k8s.io/slot-count";
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

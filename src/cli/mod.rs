@@ -2,6 +2,7 @@
 //! `uninstall --root` and `status` do, kept out of `main.rs` so tests reach them.
 
 pub mod containerd;
+pub mod coordinate;
 pub mod docs;
 pub mod image;
 pub mod status;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use tokio::sync::{mpsc, watch as tokio_watch};
 
 use super::agent::{Agent, Exit};
@@ -16,6 +17,9 @@ use crate::txn::{HealthCheck, Node, Restarter};
 pub struct SessionConfig {
     pub source: Source,
     pub node_name: String,
+    /// The coordinator identity's credentials: with them this agent stands for the
+    /// coordinator election; without, it is a node agent only.
+    pub coordinator_source: Option<Source>,
     pub coordinator: CoordinatorConfig,
     /// How long to wait for this node's Node object at start.
     pub node_wait: Duration,
@@ -33,9 +37,12 @@ impl SessionConfig {
     ) -> anyhow::Result<Self> {
         let k = &settings.kubernetes;
         let secs = Duration::from_secs;
+        let coordinator = k.coordinator_kubeconfig.trim();
         Ok(SessionConfig {
             source,
             node_name: connect::node_name(settings)?,
+            coordinator_source: (!coordinator.is_empty())
+                .then(|| Source::Kubeconfig(coordinator.into())),
             coordinator: CoordinatorConfig {
                 timings: super::election::Timings {
                     lease_duration: secs(k.lease_duration_secs),
@@ -65,6 +72,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     let (files_tx, mut files) = mpsc::channel::<()>(16);
     let _watcher = crate::daemon::watch(&crate::daemon::watched_paths(node), files_tx)?;
     let mut credentials = CredentialWatch::new(config.source.clone());
+    let mut coordinator_credentials = config.coordinator_source.clone().map(CredentialWatch::new);
     loop {
         let client = connect::client(&config.source).await?;
         tracing::info!(source = %config.source, node = %config.node_name, "connecting to the cluster");
@@ -75,26 +83,42 @@ pub async fn run<R: Restarter, H: HealthCheck>(
             tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
         }
         // aborted when this session is dropped (a crash of the agent ends its coordinator)
-        let mut coordinator = AbortOnDrop(tokio::spawn(coordinator::run(
-            client.clone(),
-            config.node_name.clone(),
-            config.coordinator,
-            shutdown.clone(),
-        )));
+        let mut coordinator = match &config.coordinator_source {
+            Some(source) => {
+                let c = connect::client(source)
+                    .await
+                    .context("the coordinator's credentials (kubernetes.coordinator-kubeconfig)")?;
+                tracing::info!(%source, "standing for the coordinator election");
+                Some(AbortOnDrop(tokio::spawn(coordinator::run(
+                    c,
+                    config.node_name.clone(),
+                    config.coordinator,
+                    shutdown.clone(),
+                ))))
+            }
+            None => None,
+        };
         let mut agent = Agent::new(node, client, config.node_name.clone());
         agent.node_wait = config.node_wait;
         agent.credential_check = config.credential_check;
         agent.gate_timings = config.gate;
         let exit = agent
             .run(&store, &mut state, shutdown.clone(), &mut files, || {
-                credentials.changed()
+                // both checked every time (each remembers what it saw)
+                let node = credentials.changed();
+                let coordinator = coordinator_credentials
+                    .as_mut()
+                    .is_some_and(|w| w.changed());
+                node || coordinator
             })
             .await;
         match exit {
             Ok(Exit::Reconnect) => drop(coordinator),
             Ok(Exit::Shutdown) => {
                 // the coordinator releases its lease on the same signal
-                let _ = tokio::time::timeout(Duration::from_secs(5), &mut coordinator.0).await;
+                if let Some(c) = coordinator.as_mut() {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), &mut c.0).await;
+                }
                 return Ok(());
             }
             Err(e) => return Err(e),

@@ -32,19 +32,9 @@ use tokio::time::Instant;
 use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
 
-/// Label on a slot Lease: the Shim it belongs to.
-pub const SLOT_SHIM_LABEL: &str = "containerd.x-k8s.io/slot-of";
-/// Label on a held slot Lease: its holder (so a node finds its own slots at start).
-pub const SLOT_HOLDER_LABEL: &str = "containerd.x-k8s.io/slot-holder";
-/// Annotation on a slot Lease: JSON [`Failure`] of the node holding it.
-pub const SLOT_FAILED: &str = "containerd.x-k8s.io/slot-failed";
-/// Annotation on a slot Lease: why nobody may take it now (`halted`, `retired`, `budget`).
-pub const SLOT_CLOSED: &str = "containerd.x-k8s.io/slot-closed";
-/// Annotation on a slot Lease the coordinator freed: the holder whose Node was deleted.
-pub const SLOT_FREED: &str = "containerd.x-k8s.io/slot-freed-from";
-/// Annotation on a slot Lease: N, the Shim's slot count the coordinator keeps now. A waiting
-/// node that sees it differ from the N it chose its candidates by lists the slots again.
-pub const SLOT_COUNT: &str = "containerd.x-k8s.io/slot-count";
+pub use crate::api::lease::{
+    SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL,
+};
 /// Annotation on a Shim: a new value resumes a halted rollout.
 pub const RESUME_ANNOTATION: &str = "containerd.x-k8s.io/resume-rollout";
 

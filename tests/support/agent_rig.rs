@@ -63,6 +63,7 @@ impl Rig {
         SessionConfig {
             source: Source::Kubeconfig(self.kubeconfig.clone()),
             node_name: self.name.clone(),
+            coordinator_source: Some(Source::Kubeconfig(self.env.coordinator_identity())),
             coordinator: fast(),
             node_wait: Duration::from_secs(10),
             credential_check: Duration::from_millis(500),

@@ -15,6 +15,9 @@ use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
+/// The user name of the tests' coordinator identity.
+pub const COORDINATOR_USER: &str = "shim-agent:coordinator";
+
 pub struct KubeEnv {
     pub dir: PathBuf,
     pub admin: PathBuf,
@@ -144,6 +147,15 @@ impl KubeEnv {
         self.identity(&format!("system:node:{node}"), &["system:nodes"])
     }
 
+    /// A coordinator identity (group `containerd.x-k8s.io:coordinators`): what an operator
+    /// gives the agents that stand for the coordinator election.
+    pub fn coordinator_identity(&self) -> PathBuf {
+        self.identity(
+            COORDINATOR_USER,
+            &[shim_agent::api::rbac::COORDINATOR_GROUP],
+        )
+    }
+
     pub fn identity(&self, user: &str, groups: &[&str]) -> PathBuf {
         let out = Command::new(self.dir.join("identity.sh"))
             .arg(user)
@@ -238,10 +250,23 @@ impl Instance {
 
     /// A kubelet's identity for Node `node` on this instance.
     pub fn node_identity(&self, node: &str) -> PathBuf {
+        self.identity(&format!("system:node:{node}"), &["system:nodes"])
+    }
+
+    /// A coordinator identity on this instance.
+    pub fn coordinator_identity(&self) -> PathBuf {
+        self.identity(
+            COORDINATOR_USER,
+            &[shim_agent::api::rbac::COORDINATOR_GROUP],
+        )
+    }
+
+    /// An identity `user` in `groups` on this instance.
+    pub fn identity(&self, user: &str, groups: &[&str]) -> PathBuf {
         let out = Command::new(self.env.dir.join("identity.sh"))
             .envs(self.vars.iter().map(|(k, v)| (k, v)))
-            .arg(format!("system:node:{node}"))
-            .arg("system:nodes")
+            .arg(user)
+            .args(groups)
             .output()
             .expect("identity.sh");
         assert!(

@@ -243,6 +243,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         let config = SessionConfig {
             source: Source::Kubeconfig(env.admin.clone()),
             node_name: names[i].clone(),
+            coordinator_source: Some(Source::Kubeconfig(env.admin.clone())),
             coordinator: cfg.coordinator,
             node_wait: Duration::from_secs(60),
             credential_check: Duration::from_secs(3600),

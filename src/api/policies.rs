@@ -1,0 +1,280 @@
+//! The ValidatingAdmissionPolicies of `shim-agent manifests`: what RBAC cannot say (docs/design.md
+//! §7). RBAC grants verbs on resources; these hold each identity to its own objects and to the
+//! fields its role writes.
+//!
+//! - `shim-agent-shim-writes`: agents (the coordinator, in practice) add and remove only the
+//!   cleanup finalizer of a Shim; spec, labels and annotations stay the operator's.
+//! - `shim-agent-slot-writes`: a node agent writes only rollout slots, takes a free slot only
+//!   for itself, frees only its own, touches only its own Node among a slot's owners, and
+//!   leaves another holder's renewals and failure mark alone.
+//! - `shim-agent-node-writes`: a dedicated node identity (not the kubelet's, which
+//!   NodeRestriction confines) writes only its own Node, and there only the Shim labels and
+//!   the state annotation.
+//! - `shim-agent-runtimeclass-writes`: node agents write no RuntimeClass; the coordinator
+//!   writes only RuntimeClasses a Shim owns (an administrator's are never touched).
+//! - `shim-agent-runtimeclass-shims` (evaluated once per Shim): a RuntimeClass the coordinator
+//!   writes for a Shim has that Shim's name for it, its handler and its node label; and the
+//!   RuntimeClass a Shim names can belong to no other owner.
+
+use super::lease::{SLOT_FAILED, SLOT_SHIM_LABEL};
+use super::manifests::NAMESPACE;
+use super::rbac::{
+    AGENT_GROUP, AGENT_USER_PREFIX, COORDINATOR_GROUP, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT,
+};
+
+pub const SHIM_WRITES_POLICY: &str = "shim-agent-shim-writes";
+pub const SLOT_WRITES_POLICY: &str = "shim-agent-slot-writes";
+pub const NODE_WRITES_POLICY: &str = "shim-agent-node-writes";
+pub const RUNTIMECLASS_WRITES_POLICY: &str = "shim-agent-runtimeclass-writes";
+pub const RUNTIMECLASS_SHIMS_POLICY: &str = "shim-agent-runtimeclass-shims";
+
+/// The extra a node-bound ServiceAccount token carries: the Node it is bound to.
+const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+/// The label the coordinator puts on the RuntimeClasses it manages.
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+fn sa(name: &str) -> String {
+    format!("system:serviceaccount:{NAMESPACE}:{name}")
+}
+
+/// CEL: the request comes from a node agent (a kubelet, a dedicated node identity, or the
+/// node agents' ServiceAccount).
+fn is_node_agent() -> String {
+    format!(
+        "request.userInfo.username.startsWith('system:node:') || request.userInfo.groups.exists(g, g == '{AGENT_GROUP}') || request.userInfo.username == '{}'",
+        sa(SERVICE_ACCOUNT)
+    )
+}
+
+/// CEL: the request comes from a dedicated node identity (not a kubelet).
+fn is_dedicated_node_agent() -> String {
+    format!(
+        "!request.userInfo.username.startsWith('system:node:') && ({})",
+        is_node_agent()
+    )
+}
+
+/// CEL: the request comes from a coordinator.
+fn is_coordinator() -> String {
+    format!(
+        "request.userInfo.groups.exists(g, g == '{COORDINATOR_GROUP}') || request.userInfo.username == '{}'",
+        sa(COORDINATOR_SERVICE_ACCOUNT)
+    )
+}
+
+/// CEL: the node a node agent acts for (`''`: it names none, and may write nothing).
+fn node_of_requester() -> String {
+    let extra = format!("request.userInfo.extra[?'{NODE_NAME_EXTRA}'].orValue([])");
+    format!(
+        "request.userInfo.username.startsWith('system:node:') ? request.userInfo.username.substring(12) : request.userInfo.username.startsWith('{AGENT_USER_PREFIX}') ? request.userInfo.username.substring({}) : (request.userInfo.username == '{}' && {extra}.size() == 1) ? {extra}[0] : ''",
+        AGENT_USER_PREFIX.len(),
+        sa(SERVICE_ACCOUNT)
+    )
+}
+
+fn meta(name: &str) -> serde_json::Value {
+    serde_json::json!({"name": name, "labels": {"app.kubernetes.io/name": "shim-agent"}})
+}
+
+fn rules(group: &str, resource: &str, operations: &[&str]) -> serde_json::Value {
+    let version = if group == "containerd.x-k8s.io" {
+        "v1alpha1"
+    } else {
+        "v1"
+    };
+    serde_json::json!({"resourceRules": [{
+        "apiGroups": [group],
+        "apiVersions": [version],
+        "operations": operations,
+        "resources": [resource],
+    }]})
+}
+
+/// Agents add and remove only the `containerd.x-k8s.io/cleanup` finalizer of a Shim. Status is
+/// a subresource and is not matched.
+pub fn shim_writes() -> serde_json::Value {
+    let finalizers = |o: &str| {
+        format!(
+            "{o}.metadata.?finalizers.orValue([]).filter(f, f != 'containerd.x-k8s.io/cleanup')"
+        )
+    };
+    serde_json::json!({
+        "metadata": meta(SHIM_WRITES_POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": rules("containerd.x-k8s.io", "shims", &["UPDATE"]),
+            "matchConditions": [{
+                "name": "shim-agent-identity",
+                "expression": format!("{} || {}", is_node_agent(), is_coordinator()),
+            }],
+            "validations": [
+                {
+                    "expression": "object.spec == oldObject.spec",
+                    "message": "shim-agent identities may not change a Shim's spec",
+                },
+                {
+                    "expression": "object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && object.metadata.?annotations.orValue({}) == oldObject.metadata.?annotations.orValue({})",
+                    "message": "shim-agent identities may not change a Shim's labels or annotations",
+                },
+                {
+                    "expression": format!("{} == {}", finalizers("object"), finalizers("oldObject")),
+                    "message": "shim-agent identities may only add or remove the containerd.x-k8s.io/cleanup finalizer",
+                },
+            ],
+        },
+    })
+}
+
+/// A node agent writes only rollout slots (the ShimLeases labelled `slot-of`), and only its
+/// own. The one exception is how a deleted Node's slot is freed: the holder takes the slot
+/// with its Node as an owner; when that Node is deleted, Kubernetes' garbage collector (not a
+/// node) removes the dangling owner reference, and a slot whose holder is no longer among its
+/// owners may be freed.
+pub fn slot_writes() -> serde_json::Value {
+    serde_json::json!({
+        "metadata": meta(SLOT_WRITES_POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": rules("containerd.x-k8s.io", "shimleases", &["CREATE", "UPDATE", "DELETE"]),
+            "matchConditions": [{"name": "node-agent", "expression": is_node_agent()}],
+            "variables": [
+                {"name": "me", "expression": node_of_requester()},
+                {"name": "slot", "expression": format!("'{SLOT_SHIM_LABEL}' in (request.operation == 'DELETE' ? oldObject : object).metadata.?labels.orValue({{}})")},
+                {"name": "was", "expression": "request.operation == 'CREATE' ? '' : oldObject.spec.?holderIdentity.orValue('')"},
+                {"name": "now", "expression": "request.operation == 'DELETE' ? '' : object.spec.?holderIdentity.orValue('')"},
+                {"name": "oldOwners", "expression": "request.operation == 'CREATE' ? [] : oldObject.metadata.?ownerReferences.orValue([]).filter(r, r.kind == 'Node').map(r, r.name)"},
+                {"name": "newOwners", "expression": "request.operation == 'DELETE' ? [] : object.metadata.?ownerReferences.orValue([]).filter(r, r.kind == 'Node').map(r, r.name)"},
+            ],
+            "validations": [
+                {
+                    "expression": "variables.me != ''",
+                    "message": "this identity is a shim-agent node agent but acts for no node: use the kubelet's credentials, a certificate named containerd.x-k8s.io:node:<node>, or a token bound to the Node",
+                },
+                {
+                    "expression": "variables.slot",
+                    "messageExpression": "'node ' + variables.me + ' may write only rollout slots, not the coordinator lease'",
+                },
+                {
+                    "expression": "variables.was == variables.now || (variables.was == '' && variables.now == variables.me) || (variables.was == variables.me && variables.now == '') || (variables.now == '' && !(variables.was in variables.oldOwners))",
+                    "messageExpression": "'node ' + variables.me + ' may take a free slot only for itself and free only its own: holder ' + (variables.was == '' ? '(none)' : variables.was) + ' -> ' + (variables.now == '' ? '(none)' : variables.now)",
+                },
+                {
+                    "expression": "variables.newOwners.filter(n, n != variables.me) == variables.oldOwners.filter(n, n != variables.me)",
+                    "messageExpression": "'node ' + variables.me + ' may add or remove only its own Node as an owner of a slot'",
+                },
+                {
+                    "expression": format!("request.operation != 'UPDATE' || variables.was == '' || variables.was == variables.me || variables.was != variables.now || (object.spec == oldObject.spec && object.metadata.?annotations[?'{SLOT_FAILED}'].orValue('') == oldObject.metadata.?annotations[?'{SLOT_FAILED}'].orValue(''))"),
+                    "messageExpression": "'node ' + variables.me + ' may not renew or mark the slot of ' + variables.was",
+                },
+            ],
+        },
+    })
+}
+
+/// A dedicated node identity writes only its own Node, and there only the Shim labels
+/// (`containerd.x-k8s.io/…`) and the state annotation, as NodeRestriction holds a kubelet.
+pub fn node_writes() -> serde_json::Value {
+    let ours = "k.startsWith('containerd.x-k8s.io/')";
+    serde_json::json!({
+        "metadata": meta(NODE_WRITES_POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": rules("", "nodes", &["CREATE", "UPDATE", "DELETE"]),
+            "matchConditions": [{"name": "dedicated-node-agent", "expression": is_dedicated_node_agent()}],
+            "variables": [
+                {"name": "me", "expression": node_of_requester()},
+                {"name": "oldL", "expression": "request.operation == 'CREATE' ? {} : oldObject.metadata.?labels.orValue({})"},
+                {"name": "newL", "expression": "request.operation == 'DELETE' ? {} : object.metadata.?labels.orValue({})"},
+                {"name": "oldA", "expression": "request.operation == 'CREATE' ? {} : oldObject.metadata.?annotations.orValue({})"},
+                {"name": "newA", "expression": "request.operation == 'DELETE' ? {} : object.metadata.?annotations.orValue({})"},
+            ],
+            "validations": [
+                {
+                    "expression": "request.operation == 'UPDATE' && variables.me != '' && object.metadata.name == variables.me",
+                    "messageExpression": "'a shim-agent node identity may update only its own Node (' + (variables.me == '' ? 'it acts for no node' : variables.me) + '), not ' + (request.operation == 'DELETE' ? oldObject : object).metadata.name",
+                },
+                {
+                    "expression": format!("request.operation != 'UPDATE' || (object.spec == oldObject.spec && variables.newL.all(k, {ours} || (k in variables.oldL && variables.oldL[k] == variables.newL[k])) && variables.oldL.all(k, {ours} || k in variables.newL) && variables.newA.all(k, k == 'containerd.x-k8s.io/shim-state' || (k in variables.oldA && variables.oldA[k] == variables.newA[k])) && variables.oldA.all(k, k == 'containerd.x-k8s.io/shim-state' || k in variables.newA))"),
+                    "message": "a shim-agent node identity may change only its Node's containerd.x-k8s.io/ labels and its containerd.x-k8s.io/shim-state annotation",
+                },
+            ],
+        },
+    })
+}
+
+/// CEL: `o` is a RuntimeClass the coordinator manages: labelled, owned by a Shim.
+fn shim_owned(o: &str) -> String {
+    format!(
+        "{o}.metadata.?labels[?'{MANAGED_BY}'].orValue('') == 'shim-agent' && {o}.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Shim' && r.apiVersion == 'containerd.x-k8s.io/v1alpha1')"
+    )
+}
+
+/// Node agents write no RuntimeClass; the coordinator only those a Shim owns.
+pub fn runtimeclass_writes() -> serde_json::Value {
+    serde_json::json!({
+        "metadata": meta(RUNTIMECLASS_WRITES_POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": rules("node.k8s.io", "runtimeclasses", &["CREATE", "UPDATE", "DELETE"]),
+            "matchConditions": [{"name": "shim-agent-identity", "expression": format!("{} || {}", is_node_agent(), is_coordinator())}],
+            "validations": [
+                {
+                    "expression": format!("!({})", is_node_agent()),
+                    "message": "shim-agent node agents may not write RuntimeClasses (only the coordinator does, for Shims)",
+                },
+                {
+                    "expression": format!("request.operation == 'CREATE' || ({})", shim_owned("oldObject")),
+                    "messageExpression": "'the coordinator may change or delete only RuntimeClasses a Shim owns, not ' + oldObject.metadata.name",
+                },
+                {
+                    "expression": format!("request.operation == 'DELETE' || ({} && object.metadata.ownerReferences.filter(r, r.kind == 'Shim').size() == 1 && object.metadata.ownerReferences.exists(r, r.kind == 'Shim' && r.?controller.orValue(false)))", shim_owned("object")),
+                    "messageExpression": "'a RuntimeClass the coordinator writes must be owned (controller) by exactly one Shim and labelled app.kubernetes.io/managed-by=shim-agent: ' + object.metadata.name",
+                },
+            ],
+        },
+    })
+}
+
+/// Evaluated once per Shim (the binding's params): a RuntimeClass owned by this Shim has the
+/// name, handler and node label this Shim asks for; and the RuntimeClass this Shim names
+/// belongs to no one else.
+pub fn runtimeclass_shims() -> serde_json::Value {
+    serde_json::json!({
+        "metadata": meta(RUNTIMECLASS_SHIMS_POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "containerd.x-k8s.io/v1alpha1", "kind": "Shim"},
+            "matchConstraints": rules("node.k8s.io", "runtimeclasses", &["CREATE", "UPDATE"]),
+            "matchConditions": [{"name": "coordinator", "expression": is_coordinator()}],
+            "variables": [
+                {"name": "owners", "expression": "object.metadata.?ownerReferences.orValue([]).filter(r, r.kind == 'Shim')"},
+                {"name": "handler", "expression": "params.spec.runtimeClass.?handler.orValue(params.metadata.name)"},
+            ],
+            "validations": [
+                {
+                    "expression": "!variables.owners.exists(r, r.uid == params.metadata.uid) || (object.metadata.name == params.spec.runtimeClass.name && object.handler == variables.handler && object.?scheduling.?nodeSelector.orValue({})[?'containerd.x-k8s.io/' + params.metadata.name].orValue('') == 'true')",
+                    "messageExpression": "'RuntimeClass ' + object.metadata.name + ' of Shim ' + params.metadata.name + ' must be named ' + params.spec.runtimeClass.name + ', run handler ' + variables.handler + ' and select containerd.x-k8s.io/' + params.metadata.name + '=true'",
+                },
+                {
+                    "expression": "params.spec.runtimeClass.name != object.metadata.name || variables.owners.exists(r, r.uid == params.metadata.uid)",
+                    "messageExpression": "'RuntimeClass ' + object.metadata.name + ' is the RuntimeClass of Shim ' + params.metadata.name + ' and can belong to no other owner'",
+                },
+            ],
+        },
+    })
+}
+
+/// Every policy with the binding that makes it deny.
+pub fn policies() -> Vec<(&'static str, serde_json::Value, Option<serde_json::Value>)> {
+    vec![
+        (SHIM_WRITES_POLICY, shim_writes(), None),
+        (SLOT_WRITES_POLICY, slot_writes(), None),
+        (NODE_WRITES_POLICY, node_writes(), None),
+        (RUNTIMECLASS_WRITES_POLICY, runtimeclass_writes(), None),
+        (
+            RUNTIMECLASS_SHIMS_POLICY,
+            runtimeclass_shims(),
+            Some(serde_json::json!({"selector": {}, "parameterNotFoundAction": "Allow"})),
+        ),
+    ]
+}
