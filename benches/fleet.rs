@@ -136,6 +136,8 @@ fn main() {
         };
         let mut cfg = FleetConfig::new(&format!("bench-{k}"), agents, &mu_yaml, restart);
         cfg.deadline = Duration::from_secs(3600);
+        // all as the admin: no certificate to mint per node (the tests run the real identities)
+        cfg.node_identities = false;
         // the agent's own defaults: status at most every 2 s, 15 s coordinator lease
         cfg.coordinator = shim_agent::cluster::coordinator::CoordinatorConfig::default();
         // a study of the hand-off's knobs: FLEET_PER_RIVAL_MS, FLEET_CANDIDATES

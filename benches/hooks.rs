@@ -160,6 +160,8 @@ async fn fleet(env: &support::kube::KubeEnv, agents: usize, n: &str, restart: Du
         }
         let mut cfg = FleetConfig::new(run, agents, n, restart);
         cfg.deadline = Duration::from_secs(900);
+        // all as the admin: no certificate to mint per node (the tests run the real identities)
+        cfg.node_identities = false;
         let r = run_fleet(env, &cfg).await;
         println!(
             "fleet {agents} agents, maxUpdate {n}, restart {} ms, hooks {}: {} installed in {:.1} s, peak restarting {}, {} hook calls, violations {}",

@@ -71,6 +71,10 @@ pub struct FleetConfig {
     pub max_deferral: Duration,
     /// The agents' slot timings (each agent's clock skew is its own).
     pub gate: GateTimings,
+    /// Each agent as its node's kubelet identity and the coordinator as a coordinator identity,
+    /// under the manifests' RBAC and admission policies (tests); else all as the admin
+    /// (benchmarks of 1000 agents: no certificate to mint per node).
+    pub node_identities: bool,
 }
 
 impl FleetConfig {
@@ -91,6 +95,7 @@ impl FleetConfig {
             refused: 0,
             max_deferral: GateTimings::default().max_deferral,
             gate: GateTimings::default(),
+            node_identities: true,
         }
     }
 }
@@ -240,10 +245,15 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         let host = &hosts[i];
         let w = &worlds[i];
         let stop = stop_rx.clone();
+        let (source, coordinator_source) = if cfg.node_identities {
+            (env.node_identity(&names[i]), env.coordinator_identity())
+        } else {
+            (env.admin.clone(), env.admin.clone())
+        };
         let config = SessionConfig {
-            source: Source::Kubeconfig(env.admin.clone()),
+            source: Source::Kubeconfig(source),
             node_name: names[i].clone(),
-            coordinator_source: Some(Source::Kubeconfig(env.admin.clone())),
+            coordinator_source: Some(Source::Kubeconfig(coordinator_source)),
             coordinator: cfg.coordinator,
             node_wait: Duration::from_secs(60),
             credential_check: Duration::from_secs(3600),
