@@ -18,14 +18,11 @@ use std::path::Path;
 
 use node_env::{NodeEnv, RESTART_TIMEOUT, UNIT, VERIFY_TIMEOUT, node_env};
 use shim_agent::api::load::parse_shims;
-use shim_agent::artifact::node_platform;
 use shim_agent::hostroot::HostRoot;
 use shim_agent::node::{RuntimeHealth, ServiceManager};
-use shim_agent::profile;
 use shim_agent::settings::Settings;
-use shim_agent::state::{NodeState, Origin};
-use shim_agent::txn::real::{CriHealth, SystemdRestarter};
-use shim_agent::txn::{Change, Node};
+use shim_agent::state::NodeState;
+use shim_agent::txn::Change;
 use support::{Entry, sha256_hex, tar_gz};
 
 /// The containerd namespace the kubelet's containers live in.
@@ -60,28 +57,6 @@ fn install(url: &str, sha: &str) -> Vec<Change> {
         .into_iter()
         .map(|s| Change::Install(Box::new(s)))
         .collect()
-}
-
-fn node<'a>(
-    env: &NodeEnv,
-    root: &'a HostRoot,
-    settings: &'a Settings,
-) -> Node<'a, SystemdRestarter, CriHealth> {
-    Node {
-        root,
-        settings,
-        profile: profile::builtin("containerd"),
-        platform: node_platform(),
-        origin: Origin::Cli,
-        restarter: SystemdRestarter {
-            systemd: env.systemd.clone(),
-            timeout: RESTART_TIMEOUT,
-        },
-        health: CriHealth {
-            cri: env.cri.clone(),
-            timeout: VERIFY_TIMEOUT,
-        },
-    }
 }
 
 fn read_state(root: &HostRoot) -> NodeState {
@@ -156,7 +131,7 @@ async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and
     let root = env.host_root();
     let settings = Settings::default();
     let (url1, sha1) = artifact(&env, tmp.path(), "1");
-    let n = node(&env, &root, &settings);
+    let n = env.node(&root, &settings);
     n.apply(install(&url1, &sha1)).await.unwrap();
     let v1 = read_state(&root).shims["demo"].clone();
     let v1_dir = root

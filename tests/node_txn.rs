@@ -19,16 +19,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use node_env::{CONF_D, NodeEnv, RESTART_TIMEOUT, UNIT, VERIFY_TIMEOUT, node_env};
+use node_env::{CONF_D, NodeEnv, UNIT, VERIFY_TIMEOUT, node_env};
 use shim_agent::api::load::parse_shims;
-use shim_agent::artifact::node_platform;
 use shim_agent::hostroot::HostRoot;
 use shim_agent::node::{RuntimeHealth, ServiceManager};
-use shim_agent::profile;
 use shim_agent::settings::Settings;
-use shim_agent::state::{NodeState, Origin};
-use shim_agent::txn::real::{CriHealth, SystemdRestarter};
-use shim_agent::txn::{Change, Node};
+use shim_agent::state::NodeState;
+use shim_agent::txn::Change;
 use support::{Entry, sha256_hex, tar_gz};
 
 /// Remove everything an earlier test's agent left in the container.
@@ -111,28 +108,6 @@ fn demo_yaml(url: &str, sha: &str) -> String {
     )
 }
 
-fn real_node<'a>(
-    env: &NodeEnv,
-    root: &'a HostRoot,
-    settings: &'a Settings,
-) -> Node<'a, SystemdRestarter, CriHealth> {
-    Node {
-        root,
-        settings,
-        profile: profile::builtin("containerd"),
-        platform: node_platform(),
-        origin: Origin::Cli,
-        restarter: SystemdRestarter {
-            systemd: env.systemd.clone(),
-            timeout: RESTART_TIMEOUT,
-        },
-        health: CriHealth {
-            cri: env.cri.clone(),
-            timeout: VERIFY_TIMEOUT,
-        },
-    }
-}
-
 fn install_change(yaml: &str) -> Vec<Change> {
     parse_shims(yaml, "demo.yaml")
         .unwrap()
@@ -166,7 +141,8 @@ async fn install_restarts_over_dbus_cri_serves_the_handler_and_ctr_runs_through_
     let original = env.config_files();
     let before = invocation(&env).await;
 
-    let report = real_node(&env, &root, &settings)
+    let report = env
+        .node(&root, &settings)
         .apply(install_change(&demo_yaml(&url, &sha)))
         .await
         .unwrap();
@@ -187,7 +163,8 @@ async fn install_restarts_over_dbus_cri_serves_the_handler_and_ctr_runs_through_
 
     // nothing changed: no restart
     let inv = invocation(&env).await;
-    let report = real_node(&env, &root, &settings)
+    let report = env
+        .node(&root, &settings)
         .apply(install_change(&demo_yaml(&url, &sha)))
         .await
         .unwrap();
@@ -199,7 +176,8 @@ async fn install_restarts_over_dbus_cri_serves_the_handler_and_ctr_runs_through_
     );
 
     // uninstall: the exact original bytes, containerd no longer serves the handler
-    let report = real_node(&env, &root, &settings)
+    let report = env
+        .node(&root, &settings)
         .apply(vec![Change::Uninstall("demo".into())])
         .await
         .unwrap();
@@ -221,7 +199,7 @@ async fn an_upgrade_switches_the_served_binary_and_a_refused_one_keeps_the_old_v
     let settings = Settings::default();
     let original = env.config_files();
     let (url1, sha1) = demo_artifact_version(&env, tmp.path(), "1");
-    real_node(&env, &root, &settings)
+    env.node(&root, &settings)
         .apply(install_change(&demo_yaml(&url1, &sha1)))
         .await
         .unwrap();
@@ -230,7 +208,8 @@ async fn an_upgrade_switches_the_served_binary_and_a_refused_one_keeps_the_old_v
     // version 2: a restart, the config names only the new binary, the old one is gone
     let (url2, sha2) = demo_artifact_version(&env, tmp.path(), "2");
     let before = invocation(&env).await;
-    let report = real_node(&env, &root, &settings)
+    let report = env
+        .node(&root, &settings)
         .apply(install_change(&demo_yaml(&url2, &sha2)))
         .await
         .unwrap();
@@ -269,7 +248,7 @@ async fn an_upgrade_switches_the_served_binary_and_a_refused_one_keeps_the_old_v
     .await;
     let e = format!(
         "{:#}",
-        real_node(&env, &root, &settings)
+        env.node(&root, &settings)
             .apply(install_change(&demo_yaml(&url3, &sha3)))
             .await
             .unwrap_err()
@@ -305,7 +284,8 @@ async fn an_upgrade_switches_the_served_binary_and_a_refused_one_keeps_the_old_v
     ctr_run_through(&env, &v2.binary, "demo-rolled-back");
     env.remove_unit_dropin("refuse-v3").await;
 
-    let report = real_node(&env, &root, &settings)
+    let report = env
+        .node(&root, &settings)
         .apply(vec![Change::Uninstall("demo".into())])
         .await
         .unwrap();
@@ -332,7 +312,7 @@ async fn a_restart_refused_by_the_unit_is_rolled_back_and_the_error_names_the_re
     .await;
     let e = format!(
         "{:#}",
-        real_node(&env, &root, &settings)
+        env.node(&root, &settings)
             .apply(install_change(&demo_yaml(&url, &sha)))
             .await
             .unwrap_err()
@@ -399,7 +379,7 @@ async fn an_active_containerd_whose_cri_is_broken_is_detected_and_rolled_back() 
     .await;
     let e = format!(
         "{:#}",
-        real_node(&env, &root, &settings)
+        env.node(&root, &settings)
             .apply(install_change(&demo_yaml(&url, &sha)))
             .await
             .unwrap_err()

@@ -136,23 +136,12 @@ fn read_small(path: &Path, errors: &mut Vec<String>) -> Option<String> {
     }
 }
 
-/// The entries of `dir` that are directories, by name (a missing `dir` has none).
-fn read_dir_names(dir: &PathBuf, errors: &mut Vec<String>) -> Vec<String> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
-        Err(e) => {
-            errors.push(format!("{}: {e}", dir.display()));
-            return Vec::new();
-        }
-    };
-    let mut names: Vec<String> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
+/// The directories in `dir` by name; an unreadable `dir` is listed in `errors`.
+fn read_dir_names(dir: &Path, errors: &mut Vec<String>) -> Vec<String> {
+    crate::fsutil::subdir_names(dir).unwrap_or_else(|e| {
+        errors.push(format!("{}: {e}", dir.display()));
+        Vec::new()
+    })
 }
 
 /// The shim path recorded in a bundle's `shim-binary-path` (trimmed; empty: none).

@@ -225,16 +225,7 @@ fn publish(state: &NodeState) {
 }
 
 fn read_names(dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
+    crate::fsutil::subdir_names(dir).unwrap_or_default()
 }
 
 #[cfg(test)]

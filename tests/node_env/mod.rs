@@ -286,6 +286,34 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 }
 
 impl NodeEnv {
+    /// The agent's transaction engine against this node: its root, its systemd, its CRI, as
+    /// `--root DIR --live` runs (origin `cli`, the default containerd profile).
+    pub fn node<'a>(
+        &self,
+        root: &'a HostRoot,
+        settings: &'a shim_agent::settings::Settings,
+    ) -> shim_agent::txn::Node<
+        'a,
+        shim_agent::txn::real::SystemdRestarter,
+        shim_agent::txn::real::CriHealth,
+    > {
+        shim_agent::txn::Node {
+            root,
+            settings,
+            profile: shim_agent::profile::builtin("containerd"),
+            platform: shim_agent::artifact::node_platform(),
+            origin: shim_agent::state::Origin::Cli,
+            restarter: shim_agent::txn::real::SystemdRestarter {
+                systemd: self.systemd.clone(),
+                timeout: RESTART_TIMEOUT,
+            },
+            health: shim_agent::txn::real::CriHealth {
+                cri: self.cri.clone(),
+                timeout: VERIFY_TIMEOUT,
+            },
+        }
+    }
+
     /// The host root of the container, for the config engine.
     pub fn host_root(&self) -> HostRoot {
         HostRoot::new(&self.root).expect("INFRA_ROOT is a directory")
