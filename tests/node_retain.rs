@@ -137,7 +137,10 @@ async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and
     let v1_dir = root
         .resolve(Path::new(&v1.binary).parent().unwrap())
         .unwrap();
-    start_container(&env, &v1.binary, "on-v1");
+    // ids of this run: a container an interrupted run left behind is not in the way
+    let on_v1 = &format!("on-v1-{}", std::process::id());
+    let on_v2 = &format!("on-v2-{}", std::process::id());
+    start_container(&env, &v1.binary, on_v1);
 
     // the upgrade restarts containerd with version 2; version 1 stays, and says why
     let (url2, sha2) = artifact(&env, tmp.path(), "2");
@@ -154,19 +157,19 @@ async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and
     );
     assert_eq!(st.retained.len(), 1, "{st:?}");
     assert_eq!(st.retained[0].digest, sha1);
-    assert_eq!(st.retained[0].tasks, vec![format!("{NS}/on-v1")]);
+    assert_eq!(st.retained[0].tasks, vec![format!("{NS}/{on_v1}")]);
     let status = shim_agent::cli::status::format_status_table(&st);
     assert!(
-        status.contains("1 task run through it: k8s.io/on-v1"),
+        status.contains(&format!("1 task run through it: k8s.io/{on_v1}")),
         "{status}"
     );
-    assert_eq!(task_status(&env, "on-v1").as_deref(), Some("RUNNING"));
+    assert_eq!(task_status(&env, on_v1).as_deref(), Some("RUNNING"));
 
     // two more restarts (another Shim's install, say), and collections in between
     for _ in 0..2 {
         restart_containerd(&env).await;
         assert_eq!(
-            task_status(&env, "on-v1").as_deref(),
+            task_status(&env, on_v1).as_deref(),
             Some("RUNNING"),
             "containerd reloaded the task through version 1"
         );
@@ -176,7 +179,7 @@ async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and
     }
 
     // the container exits: version 1 goes at the next collection, version 2 stays
-    remove_container(&env, "on-v1");
+    remove_container(&env, on_v1);
     {
         let (_store, state) = n.open().await.unwrap();
         assert!(state.retained.is_empty(), "{:?}", state.retained);
@@ -189,7 +192,7 @@ async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and
     let v2_dir = root
         .resolve(Path::new(&v2.binary).parent().unwrap())
         .unwrap();
-    start_container(&env, &v2.binary, "on-v2");
+    start_container(&env, &v2.binary, on_v2);
     let report = n
         .apply(vec![Change::Uninstall("demo".into())])
         .await
@@ -201,8 +204,8 @@ async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and
     assert!(v2_dir.exists(), "version 2 is kept while on-v2 runs");
     restart_containerd(&env).await;
     restart_containerd(&env).await;
-    assert_eq!(task_status(&env, "on-v2").as_deref(), Some("RUNNING"));
-    remove_container(&env, "on-v2");
+    assert_eq!(task_status(&env, on_v2).as_deref(), Some("RUNNING"));
+    remove_container(&env, on_v2);
     let (_store, state) = n.open().await.unwrap();
     assert!(state.retained.is_empty(), "{:?}", state.retained);
     assert!(!v2_dir.exists(), "version 2's files are gone");
