@@ -169,14 +169,19 @@ e2e_node_image() {
   "$E2E_KUBE_ENV/kubelet-node.sh" prepare "$r" "$m" >&2
   E2E_ROOT=$r
 }
-# Boot a prepared working copy (host network: the API server is on 127.0.0.1; v1 controllers:
-# containerd 2.x gives every pod sandbox cpu shares).
+# Boot a prepared working copy (host network: the API server is on 127.0.0.1; v1 controllers, the
+# same for 1.6 and 2.x: containerd 2.x gives every pod sandbox cpu shares, and the Wasm shim's
+# youki writes cpu.weight for any container with cpu shares, which needs the cpu controller; on
+# unified cgroups without it, 1.6 would need CRI's disable_cgroup = true).
+# The node boots unjoined, as an image builder's node does: e2e_node_join joins it later.
 e2e_node_boot() {
   local m=$1 v=$2 bins=""
   [ "$v" = debian ] || bins=$(e2e_containerd_bins)
   env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" INFRA_CONTAINERD="$v" INFRA_CONTAINERD_BINS="${bins:-/nonexistent}" \
     INFRA_FRESH=0 INFRA_NETWORK=host INFRA_CGROUP=hybrid "$E2E_NODE_ENV/boot.sh" 2>&1 >/dev/null | sed 's/^/    /'
 }
+# e2e_node_join MACHINE: as `kubeadm join` on the booted node: the images, the CA and the kubelet's
+# kubeconfig written into it, the kubelet started (kubelet-node.sh join).
 e2e_node_join() { env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$E2E_KUBE_ENV/kubelet-node.sh" join | sed 's/^/    /'; }
 # X MACHINE CMD...: run CMD inside the node.
 X() { local m=$1; shift; env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" "$E2E_NODE_ENV/exec.sh" "$@"; }
