@@ -92,6 +92,24 @@ e2e_apply_manifests() {
   "$1" manifests | k apply --server-side -f - >/dev/null
   k wait --for condition=established --timeout=60s crd/shims.containerd.x-k8s.io >/dev/null
 }
+# The coordinator, as an operator runs it where no node's credential is: the packaged binary
+# ($1) with `shim-agent coordinate` and a coordinator identity (a certificate in the group
+# containerd.x-k8s.io:coordinators), on this host, until e2e_cleanup. Node agents hold no
+# cluster-wide verbs (docs/design.md §7): the finalizer, the RuntimeClasses, the Shims' status
+# and the rollout slots are its work.
+E2E_COORDINATOR_PID=""
+e2e_coordinator_up() {
+  local kc
+  kc=$("$E2E_KUBE_ENV/identity.sh" shim-agent:coordinator containerd.x-k8s.io:coordinators)
+  mkdir -p "$E2E_WORK"
+  "$1" --config /dev/null coordinate --kubeconfig "$kc" --identity "$KUBE_ENV_NAME-coordinator" \
+    >"$E2E_WORK/coordinator.log" 2>&1 &
+  E2E_COORDINATOR_PID=$!
+}
+e2e_coordinator_down() {
+  [ -z "$E2E_COORDINATOR_PID" ] || { kill "$E2E_COORDINATOR_PID" 2>/dev/null || true; wait "$E2E_COORDINATOR_PID" 2>/dev/null || true; }
+  E2E_COORDINATOR_PID=""
+}
 
 # --- artifacts: file:// URLs, at the same path on the host (where `install --root` reads them
 # while baking the image) and in the node (where the agent reads them): an air-gapped node's
@@ -281,6 +299,9 @@ e2e_diagnose() {
     echo "--- journalctl -u containerd (in $m, last 40)"; X "$m" journalctl -u containerd --no-pager -n 40 -o short-precise 2>&1 || true
     echo "--- shim-agent status (in $m)"; X "$m" shim-agent status 2>&1 || true
   fi
+  if [ -f "$E2E_WORK/coordinator.log" ]; then
+    echo "--- the coordinator's log (shim-agent coordinate, last 60)"; tail -n 60 "$E2E_WORK/coordinator.log" || true
+  fi
   if [ -n "$KUBECONFIG_E2E" ]; then
     echo "--- kubectl describe shims"; k describe shims 2>&1 || true
     echo "--- kubectl describe node $m"; k describe node "$m" 2>&1 || true
@@ -292,6 +313,7 @@ e2e_diagnose() {
 # Stops everything this run started: nodes (purged), the artifact server, the control plane (wiped).
 e2e_cleanup() {
   local m
+  e2e_coordinator_down
   for m in "${E2E_NODES[@]}"; do e2e_node_stop "$m"; done
   E2E_NODES=()
   rm -rf "$E2E_ART"
