@@ -40,68 +40,109 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
         serde_yaml::Deserializer::from_str(&manifests_yaml().unwrap())
             .map(|d| serde::Deserialize::deserialize(d).unwrap())
             .collect();
-    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "CustomResourceDefinition",
-            "CustomResourceDefinition",
-            "CustomResourceDefinition",
-            "Namespace",
-            "ServiceAccount",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "Role",
-            "RoleBinding",
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding",
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding"
-        ]
+    let names: Vec<(String, String)> = docs
+        .iter()
+        .map(|d| {
+            let field = |v: &serde_yaml::Value| v.as_str().unwrap_or_default().to_string();
+            (field(&d["kind"]), field(&d["metadata"]["name"]))
+        })
+        .collect();
+    let find = |kind: &str, name: &str| {
+        let at = names
+            .iter()
+            .position(|(k, n)| k == kind && n == name)
+            .unwrap_or_else(|| panic!("no {kind}/{name} in the manifests: {names:?}"));
+        &docs[at]
+    };
+    // the CRDs come first, so that one `kubectl apply` creates them before anything uses them
+    assert!(
+        names[..3]
+            .iter()
+            .all(|(k, _)| k == "CustomResourceDefinition")
     );
-    assert_eq!(docs[3]["metadata"]["name"], "shim-agent-system");
-    // no wildcard, nothing on secrets, and pods read-only
-    let text = serde_yaml::to_string(&docs[5..]).unwrap();
+    assert_eq!(names[3], ("Namespace".into(), "shim-agent-system".into()));
+    for who in ["shim-agent", "shim-agent-coordinator"] {
+        find("ServiceAccount", who);
+        find("ClusterRoleBinding", who);
+        find("RoleBinding", who);
+        assert_eq!(
+            find("Role", who)["metadata"]["namespace"],
+            "shim-agent-system"
+        );
+    }
+    for policy in [
+        "shim-writes",
+        "slot-writes",
+        "node-writes",
+        "runtimeclass-writes",
+        "runtimeclass-shims",
+    ] {
+        let name = format!("shim-agent-{policy}");
+        find("ValidatingAdmissionPolicy", &name);
+        find("ValidatingAdmissionPolicyBinding", &name);
+    }
+    // no wildcard, nothing on secrets, and no verb that grants more rights
+    let rbac: Vec<&serde_yaml::Value> = docs
+        .iter()
+        .filter(|d| {
+            d["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("rbac.")
+        })
+        .collect();
+    let text = serde_yaml::to_string(&rbac).unwrap();
     assert!(!text.contains("'*'") && !text.contains("\"*\""), "{text}");
     for forbidden in ["secrets", "configmaps", "escalate", "bind", "impersonate"] {
         assert!(!text.contains(forbidden), "RBAC mentions {forbidden}");
     }
-    let rules = docs[5]["rules"].as_sequence().unwrap();
-    let pods = rules
-        .iter()
-        .find(|r| r["resources"][0] == "pods")
-        .expect("a pods rule");
-    assert_eq!(
-        pods["verbs"],
-        serde_yaml::to_value(["list", "watch"]).unwrap()
-    );
-    // leases only through the namespaced Role
-    assert!(!serde_yaml::to_string(&docs[5]).unwrap().contains("leases"));
-    assert_eq!(docs[7]["metadata"]["namespace"], "shim-agent-system");
-    // extensions are read by agents, and only their status written (each call's result); a
-    // `service` reference is resolved with a get of the Service and a list of its
-    // EndpointSlices, nothing else there
-    let verbs = |res: &str| {
-        rules
+    let verbs = |role: &serde_yaml::Value, res: &str| {
+        role["rules"]
+            .as_sequence()
+            .unwrap()
             .iter()
             .find(|r| r["resources"][0] == res)
             .map(|r| r["verbs"].clone())
     };
+    let list = |v: &[&str]| Some(serde_yaml::to_value(v).unwrap());
+    // what every kubelet holds: reads, its own writes, and nothing that reaches another node's
+    // containerd or a RuntimeClass
+    let node = find("ClusterRole", "shim-agent");
+    assert_eq!(verbs(node, "shims"), list(&["list", "watch"]));
+    assert_eq!(verbs(node, "shims/status"), None);
+    assert_eq!(verbs(node, "runtimeclasses"), None);
+    assert_eq!(verbs(node, "nodes"), list(&["list", "watch", "patch"]));
+    assert_eq!(verbs(node, "pods"), list(&["list", "watch"]));
     assert_eq!(
-        verbs("shimextensions"),
-        Some(serde_yaml::to_value(["get", "list", "watch"]).unwrap())
+        verbs(node, "shimextensions"),
+        list(&["get", "list", "watch"])
     );
     assert_eq!(
-        verbs("services"),
-        Some(serde_yaml::to_value(["get"]).unwrap())
+        verbs(node, "shimextensions/status"),
+        list(&["patch", "update"])
     );
+    // a `service` reference is resolved with a get of the Service and a list of its
+    // EndpointSlices, nothing else there
+    assert_eq!(verbs(node, "services"), list(&["get"]));
+    assert_eq!(verbs(node, "endpointslices"), list(&["list"]));
+    // slots only through the namespaced Roles; nodes take and give back, the coordinator makes
+    // and deletes them
+    for who in ["shim-agent", "shim-agent-coordinator"] {
+        assert!(
+            !serde_yaml::to_string(find("ClusterRole", who))
+                .unwrap()
+                .contains("leases")
+        );
+    }
     assert_eq!(
-        verbs("endpointslices"),
-        Some(serde_yaml::to_value(["list"]).unwrap())
+        verbs(find("Role", "shim-agent"), "shimleases"),
+        list(&["get", "list", "watch", "update"])
     );
+    let coordinator = find("ClusterRole", "shim-agent-coordinator");
+    assert_eq!(verbs(coordinator, "nodes"), list(&["list", "watch"]));
     assert_eq!(
-        verbs("shimextensions/status"),
-        Some(serde_yaml::to_value(["patch", "update"]).unwrap())
+        verbs(coordinator, "runtimeclasses"),
+        list(&["list", "watch", "create", "patch", "delete"])
     );
 }
 
