@@ -113,7 +113,8 @@ fn list_dir(root: &HostRoot, dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, 
 
 /// Apply a plan: first check that every file still has the bytes the plan was made from
 /// (nothing is written otherwise), then write (atomically, keeping mode and owner) or delete
-/// each file in order.
+/// each file in order, creating a missing directory for a new file; last, remove the
+/// plan's directories that are empty now.
 pub fn apply(root: &HostRoot, plan: &Plan) -> Result<(), ConfigError> {
     for c in &plan.changes {
         if read_optional(root, &c.host_path)? != c.before {
@@ -144,6 +145,13 @@ pub fn apply(root: &HostRoot, plan: &Plan) -> Result<(), ConfigError> {
             None => fsutil::remove_durable(&local)
                 .map_err(|e| io_err(&c.host_path, "cannot delete the file", e))?,
         }
+    }
+    for dir in &plan.remove_empty_dirs {
+        let local = root
+            .resolve(dir)
+            .map_err(|e| io_err(dir, "cannot resolve the directory", e))?;
+        fsutil::remove_dir_if_empty(&local)
+            .map_err(|e| io_err(dir, "cannot remove the empty directory", e))?;
     }
     Ok(())
 }

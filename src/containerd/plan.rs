@@ -67,12 +67,23 @@ pub struct FileChange {
 pub struct Plan {
     /// Changes in the order they must be applied.
     pub changes: Vec<FileChange>,
+    /// Directories the agent created for its drop-ins, removed after the changes when they
+    /// are empty (host paths; one that still holds a file stays).
+    pub remove_empty_dirs: Vec<PathBuf>,
 }
 
 impl Plan {
+    /// A plan of file changes only.
+    pub fn of(changes: Vec<FileChange>) -> Plan {
+        Plan {
+            changes,
+            remove_empty_dirs: Vec::new(),
+        }
+    }
+
     /// True when nothing needs to change.
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty()
+        self.changes.is_empty() && self.remove_empty_dirs.is_empty()
     }
 }
 
@@ -218,9 +229,7 @@ pub fn plan_add(
             spec.to_table(),
             None,
         )?;
-        return Ok(Plan {
-            changes: vec![finish(f, spec)?],
-        });
+        return Ok(Plan::of(vec![finish(f, spec)?]));
     }
     match choose_target(&files, spec, opts)? {
         Target::InPlace => {
@@ -235,9 +244,7 @@ pub fn plan_add(
                 spec.to_table(),
                 kept.map(|k| (k, runc_default())),
             )?;
-            Ok(Plan {
-                changes: vec![finish(main, spec)?],
-            })
+            Ok(Plan::of(vec![finish(main, spec)?]))
         }
         Target::Dropin { file, import } => plan_dropin(set, &mut files, spec, file, import),
     }
@@ -290,7 +297,7 @@ fn plan_dropin(
             after: Some(render_checked(main)?.0),
         });
     }
-    Ok(Plan { changes })
+    Ok(Plan::of(changes))
 }
 
 /// Render an edited file and re-parse it: the result must parse, and where the edit was
@@ -478,13 +485,11 @@ pub fn plan_remove(set: &ConfigSet, handler: &str) -> Result<Plan, ConfigError> 
         && f.path.file_name().and_then(|n| n.to_str()) == Some(dropin_file_name(handler).as_str())
         && f.doc.doc.as_table().iter().all(|(_, it)| it.is_value());
     if !deletable {
-        return Ok(Plan {
-            changes: vec![FileChange {
-                host_path: f.path.clone(),
-                before: Some(f.before.clone()),
-                after: Some(render_checked(f)?.0),
-            }],
-        });
+        return Ok(Plan::of(vec![FileChange {
+            host_path: f.path.clone(),
+            before: Some(f.before.clone()),
+            after: Some(render_checked(f)?.0),
+        }]));
     }
     let dropin_path = f.path.clone();
     let dropin_before = f.before.clone();
@@ -502,5 +507,5 @@ pub fn plan_remove(set: &ConfigSet, handler: &str) -> Result<Plan, ConfigError> 
         before: Some(dropin_before),
         after: None,
     });
-    Ok(Plan { changes })
+    Ok(Plan::of(changes))
 }

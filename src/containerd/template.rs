@@ -257,13 +257,11 @@ impl TemplateSet {
             }
         };
         self.check_renders(&after, spec, version)?;
-        Ok(Plan {
-            changes: vec![FileChange {
-                host_path: path.clone(),
-                before: before.clone(),
-                after: Some(after.into_bytes()),
-            }],
-        })
+        Ok(Plan::of(vec![FileChange {
+            host_path: path.clone(),
+            before: before.clone(),
+            after: Some(after.into_bytes()),
+        }]))
     }
 
     /// The rendered file once the distro renders `template`: the blocks are the only part
@@ -329,13 +327,11 @@ impl TemplateSet {
         } else {
             Some(rest.into_bytes())
         };
-        Ok(Plan {
-            changes: vec![FileChange {
-                host_path: self.template.0.clone(),
-                before: self.template.1.clone(),
-                after,
-            }],
-        })
+        Ok(Plan::of(vec![FileChange {
+            host_path: self.template.0.clone(),
+            before: self.template.1.clone(),
+            after,
+        }]))
     }
 
     /// Reflect a plan's results in this view.
