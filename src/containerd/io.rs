@@ -47,10 +47,28 @@ pub fn load(
             io::Error::from(io::ErrorKind::NotFound),
         )
     })?;
+    let dropins = load_dropins(root, main_host_path, &bytes, extra_dir)?;
+    Ok(ConfigSet {
+        main: ConfigFile {
+            host_path: main_host_path.to_path_buf(),
+            bytes,
+        },
+        dropins,
+    })
+}
+
+/// The drop-ins a main file with `bytes` imports (globs expanded, sorted like containerd
+/// does), plus the `*.toml` files of `extra_dir`; missing files are left out.
+pub(super) fn load_dropins(
+    root: &HostRoot,
+    main_host_path: &Path,
+    bytes: &[u8],
+    extra_dir: Option<&Path>,
+) -> Result<Vec<ConfigFile>, ConfigError> {
     let base = main_host_path.parent().unwrap_or(Path::new("/"));
     let mut paths: Vec<PathBuf> = Vec::new();
     // An unparsable main file has no imports; planning reports its error.
-    let imports = std::str::from_utf8(&bytes)
+    let imports = std::str::from_utf8(bytes)
         .ok()
         .and_then(|t| t.parse::<toml_edit::DocumentMut>().ok())
         .map(|d| super::schema::string_array(d.as_table().get("imports")))
@@ -82,13 +100,7 @@ pub fn load(
             });
         }
     }
-    Ok(ConfigSet {
-        main: ConfigFile {
-            host_path: main_host_path.to_path_buf(),
-            bytes,
-        },
-        dropins,
-    })
+    Ok(dropins)
 }
 
 /// Host paths of the files in `dir` matching `pattern`, sorted; a missing dir is empty.
