@@ -123,6 +123,27 @@ pub fn remove_durable(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Remove the directory `path` when it is empty, durably; `Ok(false)` when it holds
+/// something or does not exist.
+pub fn remove_dir_if_empty(path: &Path) -> io::Result<bool> {
+    match fs::remove_dir(path) {
+        Ok(()) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::DirectoryNotEmpty
+            ) =>
+        {
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    }
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(dir)?;
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +162,20 @@ mod tests {
         );
         // no temp files left behind
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_directory_is_removed_only_when_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("config-v3.toml.d");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("10-mine.toml"), b"").unwrap();
+        assert!(!remove_dir_if_empty(&dir).unwrap(), "it holds a file");
+        assert!(dir.exists());
+        fs::remove_file(dir.join("10-mine.toml")).unwrap();
+        assert!(remove_dir_if_empty(&dir).unwrap());
+        assert!(!dir.exists());
+        assert!(!remove_dir_if_empty(&dir).unwrap(), "gone already");
     }
 
     #[test]

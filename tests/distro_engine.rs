@@ -21,6 +21,7 @@ use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
 use support::live::{World, block, shim, world};
 
 const DIR: &str = "/var/lib/rancher/k3s/agent/etc/containerd";
+const DROPINS: &str = "config-v3.toml.d";
 
 struct FakeK3s {
     root: HostRoot,
@@ -33,12 +34,26 @@ struct FakeK3s {
 }
 
 impl FakeK3s {
+    /// k3s v1.29 (containerd 1.7, config version 2, no drop-in import).
     fn new(w: &World) -> FakeK3s {
-        let base = std::fs::read(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/containerd-configs/k3s-v1.29-config-v2-rendered.toml"),
+        FakeK3s::rendering(
+            w,
+            "../shared/containerd-configs/k3s-v1.29-config-v2-rendered.toml",
         )
-        .unwrap();
+    }
+
+    /// A k3s with containerd 2.x whose base imports `config-v3.toml.d/*.toml`
+    /// (k3s-io/k3s#13680; the rendered file of tests/fixtures/dropins).
+    fn importing_dropins(w: &World) -> FakeK3s {
+        FakeK3s::rendering(
+            w,
+            "tests/fixtures/dropins/k3s-imports-new-dir-gets-a-dropin/input/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+        )
+    }
+
+    fn rendering(w: &World, base: &str) -> FakeK3s {
+        let base =
+            std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(base)).unwrap();
         let dir = w.root.resolve(DIR).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.toml"), &base).unwrap();
@@ -49,8 +64,44 @@ impl FakeK3s {
             restarts: RefCell::default(),
             fail_restarts: vec![],
         };
-        f.serving.replace(handlers(&f.rendered()).unwrap());
+        f.serving.replace(f.handlers(&f.rendered()).unwrap());
         f
+    }
+
+    /// The files of the drop-in directory (sorted, as containerd reads them).
+    fn dropins(&self) -> Vec<(String, Vec<u8>)> {
+        let Ok(entries) = std::fs::read_dir(self.root.resolve(format!("{DIR}/{DROPINS}")).unwrap())
+        else {
+            return vec![];
+        };
+        let mut out: Vec<(String, Vec<u8>)> = entries
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&p).unwrap())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn dropin_dir_exists(&self) -> bool {
+        self.root
+            .resolve(format!("{DIR}/{DROPINS}"))
+            .unwrap()
+            .exists()
+    }
+
+    /// The CRI handlers containerd serves with `rendered` and the drop-ins it imports.
+    fn handlers(&self, rendered: &[u8]) -> Result<BTreeSet<String>, String> {
+        let mut out = handlers(rendered)?;
+        if String::from_utf8_lossy(rendered).contains(&format!("{DROPINS}/*.toml")) {
+            for (_, d) in self.dropins() {
+                out.extend(handlers(&d)?);
+            }
+        }
+        Ok(out)
     }
 
     fn rendered(&self) -> Vec<u8> {
@@ -67,15 +118,19 @@ impl FakeK3s {
     }
 }
 
-/// The CRI handlers of a rendered config (`Err` when containerd could not read it).
-fn handlers(rendered: &[u8]) -> Result<BTreeSet<String>, String> {
-    let doc: toml_edit::DocumentMut = String::from_utf8_lossy(rendered)
+/// The CRI handlers of one config file (`Err` when containerd could not read it).
+fn handlers(file: &[u8]) -> Result<BTreeSet<String>, String> {
+    let doc: toml_edit::DocumentMut = String::from_utf8_lossy(file)
         .parse()
         .map_err(|e| format!("containerd cannot read its config: {e}"))?;
-    let rt = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    let plugin = match doc.get("version").and_then(|v| v.as_integer()) {
+        Some(3..) => "io.containerd.cri.v1.runtime",
+        _ => "io.containerd.grpc.v1.cri",
+    };
+    Ok(doc["plugins"][plugin]["containerd"]["runtimes"]
         .as_table_like()
-        .ok_or("no runtimes")?;
-    Ok(rt.iter().map(|(k, _)| k.to_string()).collect())
+        .map(|rt| rt.iter().map(|(k, _)| k.to_string()).collect())
+        .unwrap_or_default())
 }
 
 impl Restarter for &FakeK3s {
@@ -95,7 +150,7 @@ impl Restarter for &FakeK3s {
             &rendered,
         )
         .unwrap();
-        self.serving.replace(handlers(&rendered)?);
+        self.serving.replace(self.handlers(&rendered)?);
         Ok(())
     }
 }
@@ -187,4 +242,71 @@ fn on_k3s_a_runtime_k3s_found_itself_is_left_alone() {
     assert!(e.contains("spin") && e.contains("config.toml"), "{e}");
     assert_eq!(f.template(), None);
     assert!(f.restarts.borrow().is_empty(), "nothing to restart");
+}
+
+#[test]
+fn on_k3s_importing_a_dropin_directory_the_handler_goes_there_and_leaves_with_it() {
+    let w = world();
+    let f = FakeK3s::importing_dropins(&w);
+    let report = block(k3s_node(&w, &f).apply(vec![shim(&w, "wasm-demo", "1")])).unwrap();
+    assert_eq!(report.installed, ["wasm-demo"]);
+    assert_eq!(*f.restarts.borrow(), ["k3s.service"]);
+    assert!(f.serving.borrow().contains("wasm-demo"));
+    assert!(
+        f.serving.borrow().contains("spin"),
+        "k3s's own runtimes stay"
+    );
+    let names: Vec<String> = f.dropins().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["shim-agent-wasm-demo.toml"]);
+    assert_eq!(f.template(), None);
+    assert_eq!(f.rendered(), f.base, "the rendered file is k3s's alone");
+
+    // an upgrade rewrites the drop-in where it is
+    let report = block(k3s_node(&w, &f).apply(vec![shim(&w, "wasm-demo", "2")])).unwrap();
+    assert_eq!(report.installed, ["wasm-demo"]);
+    assert_eq!(f.dropins().len(), 1);
+
+    let report =
+        block(k3s_node(&w, &f).apply(vec![Change::Uninstall("wasm-demo".into())])).unwrap();
+    assert_eq!(report.removed, ["wasm-demo"]);
+    assert!(!f.serving.borrow().contains("wasm-demo"));
+    assert!(
+        !f.dropin_dir_exists(),
+        "the directory the agent created goes too"
+    );
+    assert_eq!(f.rendered(), f.base);
+}
+
+#[test]
+fn on_k3s_a_failed_restart_takes_the_new_dropin_and_its_directory_away() {
+    let w = world();
+    let mut f = FakeK3s::importing_dropins(&w);
+    f.fail_restarts = vec![1];
+    let e = format!(
+        "{:#}",
+        block(k3s_node(&w, &f).apply(vec![shim(&w, "wasm-demo", "1")])).unwrap_err()
+    );
+    assert!(e.contains("rolled back"), "{e}");
+    assert!(!f.dropin_dir_exists(), "nothing new is left behind");
+    assert_eq!(f.restarts.borrow().len(), 2);
+}
+
+#[test]
+fn on_k3s_a_failed_uninstall_puts_the_dropin_and_its_directory_back() {
+    let w = world();
+    let mut f = FakeK3s::importing_dropins(&w);
+    block(k3s_node(&w, &f).apply(vec![shim(&w, "wasm-demo", "1")])).unwrap();
+    let before = f.dropins();
+    f.fail_restarts = vec![2];
+    let e = format!(
+        "{:#}",
+        block(k3s_node(&w, &f).apply(vec![Change::Uninstall("wasm-demo".into())])).unwrap_err()
+    );
+    assert!(e.contains("rolled back"), "{e}");
+    assert_eq!(
+        f.dropins(),
+        before,
+        "restored into the directory made again"
+    );
+    assert!(f.serving.borrow().contains("wasm-demo"));
 }

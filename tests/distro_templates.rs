@@ -14,6 +14,8 @@
 //! it with the containerd builds of the versions k3s ships).
 
 mod containerd_common;
+#[path = "distro_templates/dropins.rs"]
+mod dropins;
 
 use std::path::{Path, PathBuf};
 
@@ -48,6 +50,7 @@ fn set(rendered: &[u8], template: Option<&[u8]>, base: bool, tmpl_name: &str) ->
         ),
         base,
         by: "k3s".into(),
+        dropins: None,
     }
 }
 

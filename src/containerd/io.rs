@@ -47,10 +47,28 @@ pub fn load(
             io::Error::from(io::ErrorKind::NotFound),
         )
     })?;
+    let dropins = load_dropins(root, main_host_path, &bytes, extra_dir)?;
+    Ok(ConfigSet {
+        main: ConfigFile {
+            host_path: main_host_path.to_path_buf(),
+            bytes,
+        },
+        dropins,
+    })
+}
+
+/// The drop-ins a main file with `bytes` imports (globs expanded, sorted like containerd
+/// does), plus the `*.toml` files of `extra_dir`; missing files are left out.
+pub(super) fn load_dropins(
+    root: &HostRoot,
+    main_host_path: &Path,
+    bytes: &[u8],
+    extra_dir: Option<&Path>,
+) -> Result<Vec<ConfigFile>, ConfigError> {
     let base = main_host_path.parent().unwrap_or(Path::new("/"));
     let mut paths: Vec<PathBuf> = Vec::new();
     // An unparsable main file has no imports; planning reports its error.
-    let imports = std::str::from_utf8(&bytes)
+    let imports = std::str::from_utf8(bytes)
         .ok()
         .and_then(|t| t.parse::<toml_edit::DocumentMut>().ok())
         .map(|d| super::schema::string_array(d.as_table().get("imports")))
@@ -82,13 +100,7 @@ pub fn load(
             });
         }
     }
-    Ok(ConfigSet {
-        main: ConfigFile {
-            host_path: main_host_path.to_path_buf(),
-            bytes,
-        },
-        dropins,
-    })
+    Ok(dropins)
 }
 
 /// Host paths of the files in `dir` matching `pattern`, sorted; a missing dir is empty.
@@ -113,7 +125,8 @@ fn list_dir(root: &HostRoot, dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, 
 
 /// Apply a plan: first check that every file still has the bytes the plan was made from
 /// (nothing is written otherwise), then write (atomically, keeping mode and owner) or delete
-/// each file in order.
+/// each file in order, creating a missing directory for a new file; last, remove the
+/// plan's directories that are empty now.
 pub fn apply(root: &HostRoot, plan: &Plan) -> Result<(), ConfigError> {
     for c in &plan.changes {
         if read_optional(root, &c.host_path)? != c.before {
@@ -144,6 +157,13 @@ pub fn apply(root: &HostRoot, plan: &Plan) -> Result<(), ConfigError> {
             None => fsutil::remove_durable(&local)
                 .map_err(|e| io_err(&c.host_path, "cannot delete the file", e))?,
         }
+    }
+    for dir in &plan.remove_empty_dirs {
+        let local = root
+            .resolve(dir)
+            .map_err(|e| io_err(dir, "cannot resolve the directory", e))?;
+        fsutil::remove_dir_if_empty(&local)
+            .map_err(|e| io_err(dir, "cannot remove the empty directory", e))?;
     }
     Ok(())
 }

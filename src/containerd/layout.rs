@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::error::ConfigError;
-use super::io::read_optional;
+use super::io::{load_dropins, read_optional};
 use super::plan::{AddOptions, ConfigFile, ConfigSet, Plan, plan_add, plan_remove};
 use super::spec::RuntimeSpec;
-use super::template::{self, TemplateSet};
+use super::template::{self, Dropins, TemplateSet};
 use crate::hostroot::HostRoot;
 
 /// How a node's containerd config is changed.
@@ -21,7 +21,8 @@ pub enum Layout {
         config: PathBuf,
         dropin_dir: Option<PathBuf>,
     },
-    /// `rendered` is written by the distro from a Go template beside it (k3s, rke2).
+    /// `rendered` is written by the distro from a Go template beside it (k3s, rke2); handlers
+    /// go to the drop-in directory it imports, else to the template.
     GoTemplate { rendered: PathBuf, base: bool },
     /// Not the agent's to change.
     Unsupported { profile: String, why: String },
@@ -58,11 +59,20 @@ impl Layout {
                 let exists = |p: &Path| root.resolve(p).map(|l| l.exists()).unwrap_or(false);
                 let path = template::template_path(&rendered.host_path, version, exists);
                 let current = read_optional(root, &path)?;
+                let dropins = match template::imported_dropin_dir(&rendered)? {
+                    Some(dir) => Some(Dropins {
+                        dir_exists: root.resolve(&dir).is_ok_and(|l| l.is_dir()),
+                        files: load_dropins(root, &rendered.host_path, &rendered.bytes, None)?,
+                        dir,
+                    }),
+                    None => None,
+                };
                 Ok(Current::GoTemplate(TemplateSet {
                     rendered,
                     template: (path, current),
                     base: *base,
                     by,
+                    dropins,
                 }))
             }
             Layout::Unsupported { profile, why } => Err(ConfigError::UnsupportedSystem {

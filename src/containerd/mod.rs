@@ -37,7 +37,8 @@
 //!   which deep-merges drop-ins; the drop-in carries the main file's version (2.3 refuses a
 //!   drop-in newer than its root). In `Auto` mode a drop-in is used when the main file already
 //!   imports a directory glob (k0s `/etc/k0s/containerd.d/*.toml`, containerd 2.2+
-//!   `/etc/containerd/conf.d/*.toml`, EKS `config.d`); with an explicit dir and no covering
+//!   `/etc/containerd/conf.d/*.toml`, EKS `config.d`, and beside a k3s/rke2 rendered file
+//!   that is never edited, `config-v3.toml.d`: `template`); with an explicit dir and no covering
 //!   import, the exact file path is imported (created first, import removed first).
 //! - **Ownership.** Tables the agent adds carry `# shim-agent: handler <h>` in their header
 //!   decor; dotted keys and `<h> = { ... }` lines carry it on a comment line before their first

@@ -14,6 +14,19 @@
 //! runtime k3s found on its own, or one of the node owner's) is a conflict, never duplicated.
 //! Removing the block gives back the template's bytes; a template the agent created is
 //! deleted with its last block.
+//!
+//! # Drop-ins first
+//! Since k3s-io/k3s#13680 (rke2 builds on k3s's agent) the base template imports a drop-in
+//! directory beside the rendered file: `imports = [".../config-v3.toml.d/*.toml"]` for
+//! config version 3, `.../config.toml.d/*.toml` for version 2. Where the rendered file has
+//! config version ≥ 3 and such an import, a new handler goes there as a drop-in
+//! `shim-agent-<h>.toml` carrying the rendered file's version, as for containerd ≥ 2.2's
+//! `conf.d` (`plan_add_generated`): nothing to go stale when the distro upgrades, and the
+//! rendered file is still never edited. Version 2 keeps the template, as the engine never
+//! writes drop-ins for a file containerd 1.x may read. A handler that already has a block
+//! in the template (written before the distro imported the directory) stays there until it
+//! is removed. A drop-in written into a directory the agent created starts with
+//! [`DIR_MARK`]; deleting the last such drop-in removes the directory when it is empty.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -23,7 +36,7 @@ use toml_edit::{DocumentMut, Item, Table};
 use super::doc::Doc;
 use super::edit;
 use super::error::ConfigError;
-use super::plan::{ConfigFile, FileChange, Plan};
+use super::plan::{self, ConfigFile, ConfigSet, FileChange, Plan};
 use super::schema;
 pub use super::schema::Version;
 use super::spec::{self, RuntimeSpec};
@@ -33,6 +46,26 @@ pub const CREATED_MARK: &str =
     "# shim-agent: created this template; it is deleted with the last handler below";
 /// The base template, as k3s and rke2 name it.
 pub const BASE_LINE: &str = "{{ template \"base\" . }}";
+
+/// First line of a drop-in the agent wrote into a drop-in directory it created.
+pub const DIR_MARK: &str =
+    "# shim-agent: created this directory; it is removed with the last drop-in holding this line";
+
+/// Drop-in directories a k3s or rke2 base template imports, beside the rendered file
+/// (k3s-io/k3s#13680): config version 3, then 2.
+pub const DROPIN_DIRS: [&str; 2] = ["config-v3.toml.d", "config.toml.d"];
+
+/// The drop-in directory the rendered file imports, and the drop-ins containerd reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropins {
+    /// `config-v3.toml.d` or `config.toml.d` beside the rendered file (host path).
+    pub dir: PathBuf,
+    /// Whether the directory exists.
+    pub dir_exists: bool,
+    /// Every file the rendered file imports (globs expanded), in the order containerd
+    /// reads them.
+    pub files: Vec<ConfigFile>,
+}
 
 /// The rendered config and the template it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +78,9 @@ pub struct TemplateSet {
     pub base: bool,
     /// Who renders it (`k3s`, `rke2`), for messages.
     pub by: String,
+    /// The drop-in directory new handlers go to, when the rendered file (config version ≥ 3)
+    /// imports one beside it; `None`: the template.
+    pub dropins: Option<Dropins>,
 }
 
 /// The template to write beside `rendered`, given which templates exist: the distro reads
@@ -58,6 +94,23 @@ pub fn template_path(rendered: &Path, version: Version, exists: impl Fn(&Path) -
     } else {
         v2
     }
+}
+
+/// The drop-in directory beside `rendered` that it imports with a glob covering the agent's
+/// drop-ins (one of [`DROPIN_DIRS`]), when its config version is 3 or later; `None` sends
+/// handlers to the template. The import is read as containerd reads it: a relative path is
+/// relative to the rendered file's directory, any quoting.
+pub fn imported_dropin_dir(rendered: &ConfigFile) -> Result<Option<PathBuf>, ConfigError> {
+    if rendered_version(rendered)?.0 < 3 {
+        return Ok(None);
+    }
+    let doc = Doc::parse(&rendered.host_path, &rendered.bytes)?;
+    let base = rendered.host_path.parent().unwrap_or(Path::new("/"));
+    let sample = plan::dropin_file_name("handler");
+    Ok(schema::string_array(doc.doc.as_table().get("imports"))
+        .iter()
+        .filter_map(|i| plan::glob_dir(base, i, &sample))
+        .find(|dir| DROPIN_DIRS.iter().any(|d| *dir == base.join(d))))
 }
 
 /// The rendered file's config version.
@@ -172,7 +225,68 @@ impl TemplateSet {
         let mut out: BTreeSet<String> =
             edit::handler_names(&doc.doc, version).into_iter().collect();
         out.extend(block_handlers(&self.text()?));
+        if let Some(d) = &self.dropins {
+            out.extend(plan::generated_handler_names(&self.config_set(d))?);
+        }
         Ok(out)
+    }
+
+    /// The rendered file (never edited) and its drop-ins, as the config engine reads them.
+    fn config_set(&self, d: &Dropins) -> ConfigSet {
+        ConfigSet {
+            main: self.rendered.clone(),
+            dropins: d.files.clone(),
+        }
+    }
+
+    /// True when the agent created the drop-in directory: it does not exist yet, or one of
+    /// the agent's drop-ins in it says so.
+    fn agent_made_dir(d: &Dropins) -> bool {
+        !d.dir_exists
+            || d.files.iter().any(|f| {
+                f.host_path.parent() == Some(d.dir.as_path())
+                    && f.bytes.starts_with(DIR_MARK.as_bytes())
+            })
+    }
+
+    /// Plan registering `spec` as a drop-in in `d.dir`.
+    fn plan_add_dropin(
+        &self,
+        d: &Dropins,
+        spec: &RuntimeSpec,
+        replace: bool,
+    ) -> Result<Plan, ConfigError> {
+        let mut plan =
+            plan::plan_add_generated(&self.config_set(d), spec, replace, &d.dir, &self.by)?;
+        if Self::agent_made_dir(d) {
+            for c in &mut plan.changes {
+                if let (None, Some(after)) = (&c.before, &mut c.after)
+                    && c.host_path.parent() == Some(d.dir.as_path())
+                {
+                    let mut marked = format!("{DIR_MARK}\n").into_bytes();
+                    marked.append(after);
+                    *after = marked;
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Plan removing the agent's drop-in of `handler` from `d.dir`; the directory goes too
+    /// when the agent created it and nothing else is left in it.
+    fn plan_remove_dropin(&self, d: &Dropins, handler: &str) -> Result<Plan, ConfigError> {
+        let mut plan = plan::plan_remove_generated(&self.config_set(d), handler, &self.by)?;
+        let dir_goes = plan.changes.iter().any(|c| {
+            c.after.is_none()
+                && c.host_path.parent() == Some(d.dir.as_path())
+                && c.before
+                    .as_deref()
+                    .is_some_and(|b| b.starts_with(DIR_MARK.as_bytes()))
+        });
+        if dir_goes {
+            plan.remove_empty_dirs.push(d.dir.clone());
+        }
+        Ok(plan)
     }
 
     /// What a new template starts with.
@@ -189,13 +303,13 @@ impl TemplateSet {
         out
     }
 
-    /// Plan registering `spec` in the template (replacing the agent's own block when
-    /// `replace`).
+    /// Plan registering `spec`: where the template has its block, there (replacing the agent's
+    /// own block when `replace`); else as a drop-in when the rendered file imports a drop-in
+    /// directory, else in the template. A handler the rendered file defines is a conflict.
     pub fn plan_add(&self, spec: &RuntimeSpec, replace: bool) -> Result<Plan, ConfigError> {
         spec.validate()?;
         let version = rendered_version(&self.rendered)?;
         let text = self.text()?;
-        let block = render_block(spec, version)?;
         let (path, before) = (&self.template.0, &self.template.1);
         let (begin, begin_nl) = (
             begin_line(&spec.handler),
@@ -203,6 +317,7 @@ impl TemplateSet {
         );
         let after = match block_range(&text, &spec.handler) {
             Some((s, e)) => {
+                let block = render_block(spec, version)?;
                 let (head, existing, tail) = cut(&text, s, e);
                 let nl = existing.starts_with('\n');
                 if existing
@@ -243,6 +358,10 @@ impl TemplateSet {
                         },
                     });
                 }
+                if let Some(d) = &self.dropins {
+                    return self.plan_add_dropin(d, spec, replace);
+                }
+                let block = render_block(spec, version)?;
                 let mut t = match before {
                     Some(_) => text.clone(),
                     None => String::from_utf8_lossy(&self.created()).into_owned(),
@@ -257,13 +376,11 @@ impl TemplateSet {
             }
         };
         self.check_renders(&after, spec, version)?;
-        Ok(Plan {
-            changes: vec![FileChange {
-                host_path: path.clone(),
-                before: before.clone(),
-                after: Some(after.into_bytes()),
-            }],
-        })
+        Ok(Plan::of(vec![FileChange {
+            host_path: path.clone(),
+            before: before.clone(),
+            after: Some(after.into_bytes()),
+        }]))
     }
 
     /// The rendered file once the distro renders `template`: the blocks are the only part
@@ -307,10 +424,13 @@ impl TemplateSet {
         Ok(())
     }
 
-    /// Plan removing the agent's block of `handler`.
+    /// Plan removing the agent's block (or drop-in) of `handler`.
     pub fn plan_remove(&self, handler: &str) -> Result<Plan, ConfigError> {
         let text = self.text()?;
         let Some((s, e)) = block_range(&text, handler) else {
+            if let Some(d) = &self.dropins {
+                return self.plan_remove_dropin(d, handler);
+            }
             let version = rendered_version(&self.rendered)?;
             let doc = Doc::parse(&self.rendered.host_path, &self.rendered.bytes)?;
             if edit::handler_item(&doc.doc, version, handler).is_some() {
@@ -329,13 +449,11 @@ impl TemplateSet {
         } else {
             Some(rest.into_bytes())
         };
-        Ok(Plan {
-            changes: vec![FileChange {
-                host_path: self.template.0.clone(),
-                before: self.template.1.clone(),
-                after,
-            }],
-        })
+        Ok(Plan::of(vec![FileChange {
+            host_path: self.template.0.clone(),
+            before: self.template.1.clone(),
+            after,
+        }]))
     }
 
     /// Reflect a plan's results in this view.
@@ -343,7 +461,25 @@ impl TemplateSet {
         for c in &plan.changes {
             if c.host_path == self.template.0 {
                 self.template.1 = c.after.clone();
+            } else if let Some(d) = &mut self.dropins {
+                d.files.retain(|f| f.host_path != c.host_path);
+                if let Some(after) = &c.after {
+                    d.files.push(ConfigFile {
+                        host_path: c.host_path.clone(),
+                        bytes: after.clone(),
+                    });
+                    d.dir_exists |= c.host_path.parent() == Some(d.dir.as_path());
+                }
             }
+        }
+        if let Some(d) = &mut self.dropins
+            && plan.remove_empty_dirs.contains(&d.dir)
+            && !d
+                .files
+                .iter()
+                .any(|f| f.host_path.parent() == Some(d.dir.as_path()))
+        {
+            d.dir_exists = false;
         }
     }
 }

@@ -4,10 +4,18 @@
 use crate::containerd::{FileChange, Plan};
 
 /// Several plans as one: per file the first `before` and the last `after`, in the order
-/// files first appear (which keeps "drop-in before its import, import before its removal").
+/// files first appear (which keeps "drop-in before its import, import before its removal");
+/// the directories to remove when empty of all of them (one a later plan writes into is not
+/// empty then, and stays).
 pub(super) fn combine(plans: Vec<Plan>) -> Plan {
     let mut out: Vec<FileChange> = Vec::new();
+    let mut dirs = Vec::new();
     for p in plans {
+        for d in p.remove_empty_dirs {
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
         for c in p.changes {
             match out.iter_mut().find(|x| x.host_path == c.host_path) {
                 Some(x) => x.after = c.after,
@@ -16,5 +24,8 @@ pub(super) fn combine(plans: Vec<Plan>) -> Plan {
         }
     }
     out.retain(|c| c.before != c.after);
-    Plan { changes: out }
+    Plan {
+        changes: out,
+        remove_empty_dirs: dirs,
+    }
 }

@@ -429,7 +429,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         report.phases.push((Phase::Staged, t.elapsed()));
 
         let t = Instant::now();
-        if let Err(e) = self.apply_files(prepared, plan) {
+        if let Err(e) = self.apply_files(prepared, plan, undo) {
             return self.fail(store, state, format!("{e:#}")).await;
         }
         self.event(store, state, Event::Applied)?;

@@ -129,6 +129,10 @@ pub fn restore_backups(root: &HostRoot, j: &Journal) -> anyhow::Result<()> {
                 let bytes = std::fs::read(root.resolve(saved)?)
                     .with_context(|| format!("backup {saved} of {} is missing", b.path))?;
                 if std::fs::read(&local).ok().as_deref() != Some(&bytes[..]) {
+                    // the transaction may have removed the file's directory with it
+                    if let Some(dir) = local.parent() {
+                        std::fs::create_dir_all(dir)?;
+                    }
                     fsutil::write_atomic(&local, &bytes, None)?;
                 }
             }

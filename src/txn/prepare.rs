@@ -102,7 +102,14 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(batch::combine(steps))
     }
 
-    pub(super) fn apply_files(&self, prepared: &[Prepared], plan: &Plan) -> anyhow::Result<()> {
+    /// Place the binaries and write the config files. A directory created for a new config
+    /// file (a drop-in directory) is remembered in `undo`, so a rolled-back run takes it away.
+    pub(super) fn apply_files(
+        &self,
+        prepared: &[Prepared],
+        plan: &Plan,
+        undo: &mut Undo,
+    ) -> anyhow::Result<()> {
         for p in prepared {
             failpoint("txn::place_binary");
             artifact::place_tree(
@@ -113,6 +120,11 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             )?;
         }
         failpoint("txn::write_config");
+        for c in plan.changes.iter().filter(|c| c.after.is_some()) {
+            if let Some(dir) = self.root.resolve(&c.host_path)?.parent() {
+                undo.create_dir_all(dir)?;
+            }
+        }
         containerd::apply(self.root, plan)?;
         Ok(())
     }
