@@ -105,12 +105,16 @@ struct RunArgs {
 struct InstallArgs {
     #[command(flatten)]
     root: RootArg,
-    /// YAML file with one or more Shim objects.
+    /// YAML file with one or more Shim objects (`-` reads standard input).
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     file: PathBuf,
     /// Platform of the image, as os/arch (default: this machine's, e.g. linux/amd64).
     #[arg(long, value_name = "OS/ARCH")]
     platform: Option<String>,
+    /// With --root: print what the install would do to the image (would install, would
+    /// upgrade, would repair, or nothing to do) and change nothing; nothing is fetched.
+    #[arg(long, requires = "root", conflicts_with = "live")]
+    dry_run: bool,
 }
 
 #[derive(Args, Debug)]
@@ -242,9 +246,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {
     let root = host_root(&args.root)?;
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let shims = api::load::parse_shims(&text, &args.file.display().to_string())?;
+    let (text, source) = if args.file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("cannot read the Shims from standard input")?;
+        (text, "<stdin>".to_string())
+    } else {
+        let text = std::fs::read_to_string(&args.file)
+            .with_context(|| format!("cannot read {}", args.file.display()))?;
+        (text, args.file.display().to_string())
+    };
+    let shims = api::load::parse_shims(&text, &source)?;
+    if args.dry_run {
+        print_install_plan(&image::plan_offline(&root, settings, &shims)?);
+        return Ok(());
+    }
     let platform = match &args.platform {
         Some(p) => {
             let (os, arch) = p
@@ -302,6 +318,23 @@ fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `install --root --dry-run`: one line per Shim, worded as the install's own lines.
+fn print_install_plan(plan: &image::InstallPlan) {
+    use shim_agent::txn::Work;
+    if let Some(id) = &plan.recovers {
+        println!("would first roll back the unfinished transaction {id}");
+    }
+    for (name, work) in &plan.shims {
+        match work {
+            Work::Unchanged | Work::Absent => println!("{name}: already installed, nothing to do"),
+            Work::Install => println!("would install {name}"),
+            Work::Upgrade => println!("would upgrade {name}"),
+            Work::Repair => println!("would repair {name}: its binary or its handler is missing"),
+            Work::Uninstall => println!("would uninstall {name}"),
+        }
+    }
 }
 
 fn cmd_uninstall(settings: &Settings, args: UninstallArgs) -> anyhow::Result<()> {

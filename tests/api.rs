@@ -34,6 +34,111 @@ fn committed_manifests_match_the_types() {
     );
 }
 
+/// The kustomize base's files, by what their objects are: `shim-agent manifests` split by kind.
+const KUSTOMIZE_FILES: [(&str, &[&str]); 4] = [
+    ("crds.yaml", &["CustomResourceDefinition"]),
+    ("namespace.yaml", &["Namespace"]),
+    (
+        "rbac.yaml",
+        &[
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ],
+    ),
+    (
+        "policies.yaml",
+        &[
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ],
+    ),
+];
+
+const KUSTOMIZATION: &str = "\
+# shim-agent's cluster side as a kustomize base: the objects of `shim-agent manifests`
+# (deploy/manifests.yaml), split by kind. Generated: tests/api.rs checks every file here, and
+# `UPDATE_GENERATED=1 cargo test --test api` rewrites them; tests/kube_kustomize.rs checks that
+# `kubectl kustomize` builds the same objects and that the API server takes them.
+#   kubectl apply --server-side -k deploy/kustomize
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - crds.yaml
+  - namespace.yaml
+  - rbac.yaml
+  - policies.yaml
+";
+
+/// `manifests` split into the kustomize base's files, each document's text as it is in the
+/// stream (every document starts with a `---` line; no other line of the stream is `---`).
+fn kustomize_base(manifests: &str) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = KUSTOMIZE_FILES
+        .iter()
+        .map(|(f, _)| (f.to_string(), String::new()))
+        .collect();
+    let mut docs: Vec<String> = Vec::new();
+    for line in manifests.split_inclusive('\n') {
+        if line == "---\n" {
+            docs.push(String::new());
+        }
+        docs.last_mut()
+            .expect("the stream starts with ---")
+            .push_str(line);
+    }
+    for doc in docs {
+        let v: serde_yaml::Value = serde_yaml::from_str(&doc).unwrap();
+        let kind = v["kind"].as_str().unwrap();
+        let i = KUSTOMIZE_FILES
+            .iter()
+            .position(|(_, kinds)| kinds.contains(&kind))
+            .unwrap_or_else(|| {
+                panic!("no kustomize file for kind {kind}: add it to KUSTOMIZE_FILES")
+            });
+        files[i].1.push_str(&doc);
+    }
+    files.push(("kustomization.yaml".into(), KUSTOMIZATION.into()));
+    files
+}
+
+#[test]
+fn committed_kustomize_base_is_the_manifests_split_by_kind() {
+    let manifests = manifests_yaml().unwrap();
+    let files = kustomize_base(&manifests);
+    let joined: String = files[..files.len() - 1]
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert_eq!(
+        joined.len(),
+        manifests.len(),
+        "every document lands in one file"
+    );
+    let dir = format!("{MANIFEST_DIR}/deploy/kustomize");
+    if std::env::var_os("UPDATE_GENERATED").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in &files {
+            std::fs::write(format!("{dir}/{name}"), text).unwrap();
+        }
+    }
+    for (name, text) in &files {
+        assert!(
+            committed(&format!("deploy/kustomize/{name}")) == *text,
+            "deploy/kustomize/{name} is stale: run `UPDATE_GENERATED=1 cargo test --test api`"
+        );
+    }
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    present.sort();
+    let mut expected: Vec<String> = files.into_iter().map(|(n, _)| n).collect();
+    expected.sort();
+    assert_eq!(present, expected, "deploy/kustomize holds other files");
+}
+
 #[test]
 fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
     let docs: Vec<serde_yaml::Value> =

@@ -231,3 +231,134 @@ fn containerd_config_flag_is_not_the_agent_config_flag() {
         text(&out.stdout)
     );
 }
+
+/// Every path under `dir` with its bytes (files), link target (links) and modification time.
+fn tree(dir: &Path) -> Vec<(String, Option<Vec<u8>>, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let bytes = if m.is_file() {
+                Some(std::fs::read(&p).unwrap())
+            } else if m.is_symlink() {
+                Some(
+                    std::fs::read_link(&p)
+                        .unwrap()
+                        .into_os_string()
+                        .into_encoded_bytes(),
+                )
+            } else {
+                todo.push(p.clone());
+                None
+            };
+            out.push((p.display().to_string(), bytes, m.modified().unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `shim-agent ARGS` with `stdin` on standard input.
+fn shim_agent_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shim-agent"))
+        .args(args)
+        .env_remove("SHIM_AGENT_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run shim-agent");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_dry_run_says_what_an_install_would_do_and_changes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    std::fs::write(root.join("etc/containerd/config.toml"), "version = 2\n").unwrap();
+    let shim = |name: &str, handler: &str, body: &[u8]| {
+        let art = tar_gz(&[Entry::File("containerd-shim-demo-v2", body.to_vec(), 0o755)]);
+        let path = d.path().join(format!("{name}-{}.tar.gz", sha256_hex(&art)));
+        std::fs::write(&path, &art).unwrap();
+        format!(
+            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata:\n  name: {name}\nspec:\n  fetchStrategy:\n    type: anonymousHttp\n    anonHttp:\n      location: file://{}\n      sha256: {}\n  runtimeClass:\n    name: {name}\n    handler: {handler}\n",
+            path.display(),
+            sha256_hex(&art)
+        )
+    };
+    let v1 = shim("demo", "demo", &real_elf());
+    let r = root.to_str().unwrap();
+    let dry = |yaml: &str| {
+        let before = tree(&root);
+        let out = shim_agent_stdin(&["install", "--root", r, "--dry-run", "-f", "-"], yaml);
+        assert_eq!(tree(&root), before, "a dry run changed the root");
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+
+    assert_eq!(
+        dry(&v1),
+        (true, "would install demo\n".into(), String::new())
+    );
+
+    // the Shims on standard input (`-f -`), as the Ansible role hands them over
+    let out = shim_agent_stdin(&["install", "--root", r, "-f", "-"], &v1);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("installed demo: "),
+        "{}",
+        text(&out.stdout)
+    );
+
+    assert_eq!(dry(&v1).1, "demo: already installed, nothing to do\n");
+    // ... and the install itself leaves the root as it was, times included
+    let before = tree(&root);
+    let out = shim_agent_stdin(&["install", "--root", r, "-f", "-"], &v1);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "demo: already installed, nothing to do\n"
+    );
+    assert_eq!(
+        tree(&root),
+        before,
+        "an install with nothing to do wrote to the root"
+    );
+
+    let mut other = real_elf();
+    other.extend_from_slice(b"v2");
+    assert_eq!(dry(&shim("demo", "demo", &other)).1, "would upgrade demo\n");
+
+    let (ok, out, err) = dry(&shim("other", "demo", &other));
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(
+        err.contains("handler \"demo\" is already installed for Shim \"demo\"; uninstall it first"),
+        "{err}"
+    );
+
+    let state: serde_json::Value =
+        serde_json::from_slice(&shim_agent(&["status", "--root", r, "--json"]).stdout).unwrap();
+    let binary = state["shims"]["demo"]["binary"].as_str().unwrap();
+    std::fs::remove_file(root.join(binary.trim_start_matches('/'))).unwrap();
+    assert_eq!(
+        dry(&v1).1,
+        "would repair demo: its binary or its handler is missing\n"
+    );
+
+    let out = shim_agent(&["install", "--dry-run", "-f", "-"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--root"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -19,7 +19,10 @@ use crate::settings::Settings;
 use crate::state::{LOCK_FILE, NodeState, Origin, STATE_FILE, StateStore};
 use crate::txn::files::Undo;
 use crate::txn::record::sha256_hex;
-use crate::txn::{Change, DeferredVerification, NoRestart, Node};
+use crate::txn::{
+    Change, DeferredVerification, NoRestart, Node, Work, classify, handler_in_use_message,
+    handler_owner,
+};
 
 /// What an install did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +135,43 @@ pub async fn install_offline(
         },
     )
     .await
+}
+
+/// What `install --root DIR --dry-run` finds: what an install of these Shims would do to the
+/// image, decided as the install decides it ([`classify`]: the state's record, its binary and
+/// its handler), without fetching, locking or writing anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallPlan {
+    /// Each Shim's name and what its install would do.
+    pub shims: Vec<(String, Work)>,
+    /// An unfinished transaction the install would roll back first (its id).
+    pub recovers: Option<String>,
+}
+
+/// Plan an offline install of `shims` into the image at `root` (nothing is written). A Shim
+/// whose handler another installed Shim holds fails here as the install would.
+pub fn plan_offline(
+    root: &HostRoot,
+    settings: &Settings,
+    shims: &[Shim],
+) -> anyhow::Result<InstallPlan> {
+    let state = super::status::read_state(root, settings)?;
+    let node = image_node(root, settings, crate::artifact::node_platform());
+    let facts = node.host_facts(&state);
+    let mut plan = InstallPlan {
+        shims: Vec::with_capacity(shims.len()),
+        recovers: state.journal.as_ref().map(|j| j.id.clone()),
+    };
+    for shim in shims {
+        let work = classify(&Change::Install(Box::new(shim.clone())), &state, &facts);
+        if work != Work::Unchanged
+            && let Some(owner) = handler_owner(&state, shim)
+        {
+            bail!("{}", handler_in_use_message(shim, owner));
+        }
+        plan.shims.push((shim.name().to_string(), work));
+    }
+    Ok(plan)
 }
 
 /// Undo an offline install of Shim `name`.

@@ -68,6 +68,24 @@ pub fn classify(change: &Change, state: &NodeState, facts: &HostFacts) -> Work {
     }
 }
 
+/// The other installed Shim that already owns `shim`'s handler, if any: installing `shim`
+/// then fails (one handler, one Shim).
+pub fn handler_owner<'a>(state: &'a NodeState, shim: &crate::api::Shim) -> Option<&'a str> {
+    state
+        .shims
+        .values()
+        .find(|s| s.handler == shim.handler() && s.name != shim.name())
+        .map(|s| s.name.as_str())
+}
+
+/// What an install of `shim` fails with while Shim `owner` holds its handler.
+pub fn handler_in_use_message(shim: &crate::api::Shim, owner: &str) -> String {
+    format!(
+        "handler {:?} is already installed for Shim {owner:?}; uninstall it first",
+        shim.handler()
+    )
+}
+
 /// The names of the changes that do real work.
 pub fn real_work(changes: &[Change], state: &NodeState, facts: &HostFacts) -> Vec<String> {
     changes

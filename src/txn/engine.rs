@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::classify::{HostFacts, Work, classify};
+use super::classify::{HostFacts, Work, classify, handler_in_use_message, handler_owner};
 use super::error::{TxnError, TxnReason};
 use super::files::{Undo, backups_dir, stage_backups};
 use super::machine::{self, Event, Next};
@@ -271,16 +271,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 continue;
             }
             repair &= work == Work::Repair;
-            if let Some(other) = state
-                .shims
-                .values()
-                .find(|s| s.handler == shim.handler() && s.name != shim.name())
-            {
-                let message = format!(
-                    "handler {:?} is already installed for Shim {:?}; uninstall it first",
-                    shim.handler(),
-                    other.name
-                );
+            if let Some(other) = handler_owner(state, &shim) {
+                let message = handler_in_use_message(&shim, other);
                 return Err(TxnError::new(TxnReason::HandlerInUse, message)
                     .blaming(shim.name())
                     .into());

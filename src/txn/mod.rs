@@ -28,7 +28,7 @@ pub mod record;
 pub mod recovery;
 pub mod retain;
 
-pub use classify::{HostFacts, Work, classify, real_work};
+pub use classify::{HostFacts, Work, classify, handler_in_use_message, handler_owner, real_work};
 pub use engine::{Change, Node, Report};
 pub use error::{TxnError, TxnReason};
 pub use ports::{DeferredVerification, Gate, HealthCheck, NoRestart, Restarter, Ungated};
