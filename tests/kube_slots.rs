@@ -19,6 +19,9 @@ kind: Shim
 metadata:
   name: kslots
 spec:
+  # its own nodes only: a Shim left behind by an interrupted run selects no other test's node
+  nodeSelector:
+    test: kslots
   fetchStrategy:
     type: anonymousHttp
     anonHttp:
@@ -59,8 +62,8 @@ fn held_by(slot: &ShimLease, holder: Option<(&str, &str)>) -> ShimLease {
 async fn a_node_may_take_and_free_only_its_own_slot_and_a_deleted_nodes_slot_is_freed_via_gc() {
     let _serial = SERIAL.lock().await;
     let Some(env) = kube_env() else { return };
-    env.create_node("kslots-a", &[]).await;
-    env.create_node("kslots-b", &[]).await;
+    env.create_node("kslots-a", &[("test", "kslots")]).await;
+    env.create_node("kslots-b", &[("test", "kslots")]).await;
     let (ok, out) = env.apply(SHIM);
     assert!(ok, "{out}");
     let admin = env.admin_client().await;
