@@ -68,12 +68,27 @@ async fn setup(test: &str, shims: &[&str]) -> Option<Setup> {
     s.env.remove_agent();
     s.remove_cluster_objects(shims);
     s.kube.create_node(&s.name, &[SELECTOR]).await;
+    // the node stands for the coordinator election too (the coordinator makes the rollout
+    // slots): the operator gave it a coordinator identity, as a node's own credential carries
+    // no cluster-wide verbs
+    write(
+        &s.env.root.join(COORDINATOR_KUBECONFIG.trim_start_matches('/')),
+        &std::fs::read(s.kube.coordinator_identity()).expect("the coordinator identity"),
+        0o600,
+    );
     Some(s)
 }
 
+/// Where the node keeps the coordinator identity.
+const COORDINATOR_KUBECONFIG: &str = "/etc/shim-agent/coordinator.kubeconfig";
+
 impl Setup {
+    /// The agent's config: this node's name, and the coordinator identity to stand with.
     fn config(&self) -> String {
-        format!("[node]\nname = \"{}\"\n", self.name)
+        format!(
+            "[node]\nname = \"{}\"\n\n[kubernetes]\ncoordinator-kubeconfig = \"{COORDINATOR_KUBECONFIG}\"\n",
+            self.name
+        )
     }
 
     /// The node's runc shim as `containerd-shim-<shim>-v2`, with a version file, in the node.
