@@ -64,3 +64,29 @@ impl TxnError {
         self.reason.as_str()
     }
 }
+
+/// The stable reason of a failed change: the first typed error in its chain (the
+/// transaction's, an artifact's or a containerd config's), else `TransactionFailed`. Callers
+/// branch on it and label metrics, conditions and Events with it; nobody parses the text.
+pub fn reason_of(e: &anyhow::Error) -> &'static str {
+    for cause in e.chain() {
+        if let Some(t) = cause.downcast_ref::<TxnError>() {
+            return t.reason();
+        }
+        if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
+            return a.reason();
+        }
+        if let Some(c) = cause.downcast_ref::<crate::containerd::ConfigError>() {
+            return c.reason();
+        }
+    }
+    "TransactionFailed"
+}
+
+/// The Shims a failed change blames (empty: any Shim of its batch).
+pub fn blamed_by(e: &anyhow::Error) -> Vec<String> {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<TxnError>())
+        .flat_map(|t| t.blamed.clone())
+        .collect()
+}

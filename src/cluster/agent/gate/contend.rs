@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::{GateTimings, SlotGate, gone};
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
-use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_index, slot_name, slot_of};
+use crate::cluster::slots::{Closed, SLOT_SHIM_LABEL, claim_delay, slot_index, slot_name, slot_of};
 
 /// What one list of a Shim's slots showed.
 pub struct Seen<'s> {
@@ -177,7 +177,7 @@ impl SlotGate<'_> {
         let Some(s) = slot_of(shim, &l) else {
             return Next::Relist;
         };
-        let retired = s.closed.as_deref() == Some("retired");
+        let retired = s.closed == Some(Closed::Retired);
         let n_changed = s.count.is_some_and(|c| c != n);
         // held by a failed node: it stays taken until the rollout moves on
         let failed = !s.is_free() && s.failed.is_some();

@@ -107,7 +107,7 @@ impl Report {
 }
 
 /// A slot gate with the hooks of one node's transaction around it.
-pub struct HookGate<'a, G> {
+pub struct NodeHooks<'a, G> {
     inner: G,
     hooks: Arc<Hooks>,
     node: String,
@@ -121,7 +121,7 @@ pub struct HookGate<'a, G> {
     proceeded: AtomicBool,
 }
 
-impl<'a, G: Gate> HookGate<'a, G> {
+impl<'a, G: Gate> NodeHooks<'a, G> {
     pub fn new(
         inner: G,
         hooks: Arc<Hooks>,
@@ -131,7 +131,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
         max_deferral: Duration,
         report: Report,
     ) -> Self {
-        HookGate {
+        NodeHooks {
             inner,
             hooks,
             node: node.into(),
@@ -218,7 +218,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
     }
 }
 
-impl<G: Gate> Gate for HookGate<'_, G> {
+impl<G: Gate> Gate for NodeHooks<'_, G> {
     async fn acquire(&self, shims: &[String]) -> Result<(), String> {
         let hook = HookName::BeforeNodeRestart;
         loop {
