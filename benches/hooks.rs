@@ -20,7 +20,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use shim_agent::api::extension::ShimExtension;
 use shim_agent::hooks::wire::{ChangeKind, ShimChange};
-use shim_agent::hooks::{NodeHooks, Hooks, Report};
+use shim_agent::hooks::{Hooks, NodeHooks, Report};
 use shim_agent::txn::{Gate, Ungated};
 use support::fleet::{FleetConfig, run_fleet};
 use support::hookserver::{HookServer, success};

@@ -38,6 +38,7 @@ use crate::cluster::slots::{
 };
 use crate::cluster::{NAMESPACE, lease_edits};
 use crate::txn::Gate;
+use crate::txn::error::GateError;
 
 mod contend;
 pub use contend::claim_window;
@@ -200,18 +201,16 @@ impl<'a> SlotGate<'a> {
         )
     }
 
-    async fn acquire_one(&self, shim: &Shim) -> Result<ShimLease, String> {
+    async fn acquire_one(&self, shim: &Shim) -> Result<ShimLease, GateError> {
         let name = shim.name_any();
         let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
         loop {
             if self.shutting_down() {
-                return Err("the agent is shutting down".into());
+                return Err(GateError::ShuttingDown);
             }
-            let list = self
-                .api
-                .list(&lp)
-                .await
-                .map_err(|e| format!("cannot list the slots of {name}: {e}"))?;
+            let list = self.api.list(&lp).await.map_err(|e| {
+                GateError::SlotUnavailable(format!("cannot list the slots of {name}: {e}"))
+            })?;
             let rv = list.metadata.resource_version.clone().unwrap_or_default();
             let leases: Vec<ShimLease> = list.items;
             let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
@@ -245,7 +244,11 @@ impl<'a> SlotGate<'a> {
                     {
                         Ok(l) => return Ok(l),
                         Err(e) if gone(&e) => continue,
-                        Err(e) => return Err(format!("cannot renew slot {i} of {name}: {e}")),
+                        Err(e) => {
+                            return Err(GateError::SlotUnavailable(format!(
+                                "cannot renew slot {i} of {name}: {e}"
+                            )));
+                        }
                     }
                 }
                 claim @ (Claim::Take(_) | Claim::Wait) => {
@@ -275,7 +278,7 @@ impl<'a> SlotGate<'a> {
         &self,
         lease: ShimLease,
         edit: impl Fn(ShimLease) -> ShimLease,
-    ) -> Result<ShimLease, String> {
+    ) -> Result<ShimLease, GateError> {
         let name = lease.name_any();
         let mut cur = lease;
         for _ in 0..3 {
@@ -290,15 +293,20 @@ impl<'a> SlotGate<'a> {
                         .api
                         .get(&name)
                         .await
-                        .map_err(|e| format!("slot {name}: {e}"))?;
+                        .map_err(|e| GateError::SlotUnavailable(format!("slot {name}: {e}")))?;
                     if cur.spec.holder_identity.as_deref() != Some(self.me.as_str()) {
-                        return Err(format!("slot {name} is no longer held by {}", self.me));
+                        return Err(GateError::SlotLost {
+                            slot: name,
+                            me: self.me.clone(),
+                        });
                     }
                 }
-                Err(e) => return Err(format!("slot {name}: {e}")),
+                Err(e) => return Err(GateError::SlotUnavailable(format!("slot {name}: {e}"))),
             }
         }
-        Err(format!("slot {name} keeps changing"))
+        Err(GateError::SlotUnavailable(format!(
+            "slot {name} keeps changing"
+        )))
     }
 }
 
@@ -311,7 +319,7 @@ fn rolls_out(shim: &Shim) -> bool {
 }
 
 impl Gate for SlotGate<'_> {
-    async fn acquire(&self, shims: &[String]) -> Result<(), String> {
+    async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
         let mut held = self.held();
         for name in shims {
             if self.statics.contains(name) {
@@ -330,7 +338,7 @@ impl Gate for SlotGate<'_> {
         Ok(())
     }
 
-    async fn renew(&self) -> Result<(), String> {
+    async fn renew(&self) -> Result<(), GateError> {
         let mut out = Vec::new();
         for (shim, lease, at) in self.held() {
             if at.elapsed() < self.timings.fresh {
