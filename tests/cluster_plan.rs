@@ -10,9 +10,9 @@ use shim_agent::api::load::parse_shims;
 use shim_agent::cluster::nodestate::{
     FailureNote, NodePhase, NodeStates, ShimNodeState, node_patch, states_wanted,
 };
-use shim_agent::cluster::round::backoff;
 use shim_agent::cluster::status::{NodeView, compute_status};
 use shim_agent::cluster::target::{Inputs, PodUse, labels_wanted, plan_node, targets};
+use shim_agent::retry::backoff;
 use shim_agent::state::{InstalledShim, NodeState, Origin, ShimState};
 use shim_agent::txn::Change;
 

@@ -70,7 +70,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     // The journal is recovered once the client exists: a restart then needs its rollout slot.
     let (store, mut state) = node.open_unrecovered()?;
     let (files_tx, mut files) = mpsc::channel::<()>(16);
-    let _watcher = crate::daemon::watch(&crate::daemon::watched_paths(node), files_tx)?;
+    let _watcher = crate::statics::watch(&crate::statics::watched_paths(node), files_tx)?;
     let mut credentials = CredentialWatch::new(config.source.clone());
     let mut coordinator_credentials = config.coordinator_source.clone().map(CredentialWatch::new);
     loop {
@@ -151,7 +151,7 @@ async fn recover<R: Restarter, H: HealthCheck>(
         .and_then(|n| n.metadata.uid)
         .unwrap_or_default();
     let statics = match node.root.resolve(&node.settings.paths.static_shims_dir) {
-        Ok(dir) => crate::daemon::read_static_shims(&dir).0,
+        Ok(dir) => crate::statics::read_static_shims(&dir).0,
         Err(_) => Vec::new(),
     };
     let gate =

@@ -96,13 +96,57 @@ pub struct Failure {
     pub reason: String,
 }
 
+/// Why nobody may take a slot now (its close mark, which outlives a release).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// Above N: deleted once free.
+    Retired,
+    /// The rollout halted (failures beyond maxFailures, or an extension's refusal).
+    Halted,
+    /// More nodes hold slots than N allows (N shrank): kept closed until the holders fit.
+    Budget,
+    /// A mark this build does not know (a newer coordinator's): closed all the same.
+    Unknown,
+}
+
+impl Closed {
+    /// The mark's wire text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Closed::Retired => "retired",
+            Closed::Halted => "halted",
+            Closed::Budget => "budget",
+            Closed::Unknown => "closed",
+        }
+    }
+}
+
+impl From<&str> for Closed {
+    fn from(s: &str) -> Closed {
+        match s {
+            "retired" => Closed::Retired,
+            "halted" => Closed::Halted,
+            "budget" => Closed::Budget,
+            _ => Closed::Unknown,
+        }
+    }
+}
+
+/// A mark reads as its wire text (`slot.closed.as_deref() == Some("retired")`).
+impl std::ops::Deref for Closed {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
 /// A slot Lease as the coordinator and agents read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slot {
     pub index: u32,
     pub holder: Option<String>,
     pub failed: Option<Failure>,
-    pub closed: Option<String>,
+    pub closed: Option<Closed>,
     /// N as the coordinator last stamped it (`None`: not stamped yet).
     pub count: Option<u32>,
     pub resource_version: String,
@@ -152,7 +196,9 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
         index,
         holder: lease.spec.holder_identity.clone().filter(|h| !h.is_empty()),
         failed,
-        closed: ann.and_then(|a| a.get(SLOT_CLOSED)).cloned(),
+        closed: ann
+            .and_then(|a| a.get(SLOT_CLOSED))
+            .map(|c| Closed::from(c.as_str())),
         count: ann
             .and_then(|a| a.get(SLOT_COUNT))
             .and_then(|c| c.parse().ok()),
@@ -204,7 +250,7 @@ pub fn halted(slots: &[Slot], limits: Limits, generation: i64, resume: &str) -> 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotAction {
     /// Create slot `index`, closed with this mark when `Some`.
-    Create { index: u32, closed: Option<String> },
+    Create { index: u32, closed: Option<Closed> },
     /// Delete a free slot above the bound.
     Delete {
         index: u32,
@@ -213,7 +259,7 @@ pub enum SlotAction {
     /// Set (Some) or clear (None) the close mark.
     Mark {
         index: u32,
-        closed: Option<String>,
+        closed: Option<Closed>,
         resource_version: String,
     },
     /// Empty the holder (a deleted Node, or a stale holder) and clear its failure.
@@ -256,10 +302,10 @@ pub fn plan_slots(
                     resource_version: s.resource_version.clone(),
                 });
             }
-        } else if s.closed.as_deref() != Some("retired") {
+        } else if s.closed != Some(Closed::Retired) {
             out.push(SlotAction::Mark {
                 index: s.index,
-                closed: Some("retired".into()),
+                closed: Some(Closed::Retired),
                 resource_version: s.resource_version.clone(),
             });
         }
@@ -272,9 +318,9 @@ pub fn plan_slots(
                 *budget -= 1;
                 None
             } else if halted {
-                Some("halted".to_string())
+                Some(Closed::Halted)
             } else {
-                Some("budget".to_string())
+                Some(Closed::Budget)
             }
         };
         match slots.iter().find(|s| s.index == index) {
@@ -299,9 +345,9 @@ pub fn plan_slots(
             // slots than N allows (after N shrank), so no release lets a new node in.
             Some(s) => {
                 let closed = if halted {
-                    Some("halted".to_string())
+                    Some(Closed::Halted)
                 } else if held > n {
-                    Some("budget".to_string())
+                    Some(Closed::Budget)
                 } else {
                     None
                 };

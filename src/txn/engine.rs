@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 
 use super::classify::{HostFacts, Work, classify, handler_in_use_message, handler_owner};
-use super::error::{TxnError, TxnReason};
+use super::error::{StepError, TxnError, TxnReason};
 use super::files::{Undo, backups_dir, stage_backups};
 use super::machine::{self, Event, Next};
 use super::notices;
@@ -200,7 +200,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(())
     }
 
-    pub(super) async fn verify_journal(&self, j: &Journal) -> Result<(), String> {
+    pub(super) async fn verify_journal(&self, j: &Journal) -> Result<(), crate::node::NodeError> {
         let present: Vec<String> = j.pending.iter().map(|r| r.handler.clone()).collect();
         let absent: Vec<String> = j.removing.clone();
         self.health.verify(&present, &absent).await
@@ -390,9 +390,10 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 state.journal = None;
                 store.save(state)?;
                 notices::aborted(kind);
-                return Err(
-                    TxnError::new(TxnReason::NoSlot, format!("no rollout slot: {e}")).into(),
-                );
+                let e = TxnError::new(TxnReason::NoSlot, format!("no rollout slot: {e}"))
+                    .at(Some(Phase::Fetched))
+                    .caused_by(Some(e.reason()));
+                return Err(e.into());
             }
             notices::doing("applying", &names);
         }
@@ -422,7 +423,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
 
         let t = Instant::now();
         if let Err(e) = self.apply_files(prepared, plan, undo) {
-            return self.fail(store, state, format!("{e:#}")).await;
+            return self
+                .fail(store, state, StepError::text(format!("{e:#}")))
+                .await;
         }
         self.event(store, state, Event::Applied)?;
         report.phases.push((Phase::Applied, t.elapsed()));
@@ -432,14 +435,18 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         // binary put back in place is picked up at the next shim start).
         if !plan.is_empty() {
             if let Err(e) = gate.renew().await {
-                let reason =
-                    format!("the rollout slot could not be renewed before the restart: {e}");
-                return self.fail_unrestarted(store, state, reason).await;
+                let why = StepError {
+                    reason: Some(e.reason()),
+                    message: format!(
+                        "the rollout slot could not be renewed before the restart: {e}"
+                    ),
+                };
+                return self.fail_unrestarted(store, state, why).await;
             }
             report.restarts += 1;
             notices::doing("restarting containerd for", &j_names(state));
             if let Err(e) = self.restarter.restart(&self.profile.unit).await {
-                return self.fail(store, state, e).await;
+                return self.fail(store, state, e.into()).await;
             }
         }
         self.event(store, state, Event::Restarted)?;
@@ -449,7 +456,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let present: Vec<String> = prepared.iter().map(|p| p.record.handler.clone()).collect();
         let absent: Vec<String> = removes.iter().map(|r| r.handler.clone()).collect();
         if let Err(e) = self.health.verify(&present, &absent).await {
-            return self.fail(store, state, e).await;
+            return self.fail(store, state, e.into()).await;
         }
         self.event(store, state, Event::Verified)?;
         report.phases.push((Phase::Verified, t.elapsed()));

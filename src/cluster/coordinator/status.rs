@@ -12,11 +12,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::node_label;
-use super::nodestate::{NodePhase, NodeStates};
-use super::slots::{Limits, RESUME_ANNOTATION, Slot};
-use super::target::targets;
 use crate::api::{Condition, NodeCounts, RolloutStatus, Shim, ShimStatus};
+use crate::cluster::node_label;
+use crate::cluster::nodestate::{NodePhase, NodeStates};
+use crate::cluster::slots::{Limits, RESUME_ANNOTATION, Slot};
+use crate::cluster::target::targets;
+use crate::hooks::hold::Hold;
 
 /// Most node names quoted in a condition message.
 const MAX_NODES_IN_MESSAGE: usize = 5;
@@ -262,5 +263,231 @@ fn cond_false(type_: &str, severity: &str, reason: &str, message: String) -> Con
         last_transition_time: None,
         reason: Some(crate::text::clip(reason, REASON_MAX_BYTES)),
         message: Some(crate::text::clip(&message, crate::text::MESSAGE_MAX_BYTES)),
+    }
+}
+
+/// `status` with the hold shown: `RolloutDeferred` (True while deferred, else False), and a
+/// refusal as `RolloutHalted` with the extension's message.
+///
+/// `approved`: the generation the extensions approved now, if any; the last approved one
+/// is kept in `approvedGeneration` (a new coordinator trusts it).
+/// `generation`: the one `hold` is about (a refusal is kept in `refusedGeneration`, trusted
+/// likewise).
+pub fn with_hold(
+    mut status: ShimStatus,
+    hold: &Hold,
+    approved: Option<i64>,
+    generation: i64,
+    previous: Option<&ShimStatus>,
+    now: &Time,
+) -> ShimStatus {
+    status.approved_generation = approved.or(previous.and_then(|p| p.approved_generation));
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    let set = |conds: &mut Vec<Condition>, mut c: Condition| {
+        carry_transition_time(&mut c, previous, now);
+        conds.retain(|x| x.type_ != c.type_);
+        conds.push(c);
+    };
+    let cond = |type_: &str, status: &str, reason: &str, message: String| Condition {
+        type_: type_.into(),
+        status: status.into(),
+        severity: (status == "False").then(|| "Info".to_string()),
+        last_transition_time: None,
+        reason: Some(reason.into()),
+        message: Some(message),
+    };
+    match hold {
+        Hold::Deferred(_, m) => set(
+            conds,
+            cond(
+                "RolloutDeferred",
+                "True",
+                "ExtensionDeferred",
+                format!("a BeforeRollout extension defers the rollout: {m}"),
+            ),
+        ),
+        // while asking, the condition stays as it was
+        Hold::Asking(_) => {
+            if let Some(c) = previous
+                .and_then(|p| p.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "RolloutDeferred"))
+            {
+                conds.retain(|x| x.type_ != c.type_);
+                conds.push(c.clone());
+            }
+        }
+        // shown False once it was True; never added to a Shim no extension deferred
+        _ if previous
+            .and_then(|p| p.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "RolloutDeferred")) =>
+        {
+            set(
+                conds,
+                cond(
+                    "RolloutDeferred",
+                    "False",
+                    "NotDeferred",
+                    "no extension defers the rollout".into(),
+                ),
+            )
+        }
+        _ => {}
+    }
+    status.refused_generation = previous.and_then(|p| p.refused_generation);
+    if let Hold::Refused(m) = hold {
+        status.refused_generation = Some(generation);
+        let mut c = cond("RolloutHalted", "True", "ExtensionRefused", m.clone());
+        c.severity = Some("Error".into());
+        set(conds, c);
+        if let Some(r) = status.rollout.as_mut() {
+            r.halted = true;
+        }
+    }
+    status
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use super::*;
+    use crate::hooks::hold::{Hold, persisted};
+    use tokio::time::Instant;
+
+    #[test]
+    fn a_refusal_halts_with_the_message_and_a_deferral_is_a_condition() {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let s = with_hold(
+            ShimStatus::default(),
+            &Hold::Refused("freeze".into()),
+            None,
+            1,
+            None,
+            &now,
+        );
+        let c = s.conditions.as_ref().unwrap();
+        let halted = c.iter().find(|c| c.type_ == "RolloutHalted").unwrap();
+        assert_eq!(halted.status, "True");
+        assert_eq!(halted.message.as_deref(), Some("freeze"));
+        let d = with_hold(
+            ShimStatus::default(),
+            &Hold::Deferred(Instant::now(), "busy".into()),
+            None,
+            1,
+            None,
+            &now,
+        );
+        let c = d.conditions.as_ref().unwrap();
+        let deferred = c.iter().find(|c| c.type_ == "RolloutDeferred").unwrap();
+        assert_eq!(deferred.status, "True");
+        assert!(deferred.message.as_deref().unwrap().contains("busy"));
+        assert!(!c.iter().any(|c| c.type_ == "RolloutHalted"));
+        let go = with_hold(ShimStatus::default(), &Hold::Go, None, 1, Some(&d), &now);
+        let c = go.conditions.as_ref().unwrap();
+        assert_eq!(
+            c.iter()
+                .find(|c| c.type_ == "RolloutDeferred")
+                .unwrap()
+                .status,
+            "False"
+        );
+        // never deferred: no condition at all
+        let plain = with_hold(ShimStatus::default(), &Hold::Go, None, 1, None, &now);
+        assert!(plain.conditions.unwrap_or_default().is_empty());
+    }
+
+    #[test]
+    fn asking_keeps_the_condition_as_it_was_and_the_approved_generation_is_kept() {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let deferred = with_hold(
+            ShimStatus::default(),
+            &Hold::Deferred(Instant::now(), "busy".into()),
+            None,
+            1,
+            None,
+            &now,
+        );
+        let asking = with_hold(
+            ShimStatus::default(),
+            &Hold::Asking(Instant::now()),
+            None,
+            1,
+            Some(&deferred),
+            &now,
+        );
+        assert_eq!(asking.conditions, deferred.conditions);
+        let fresh = with_hold(
+            ShimStatus::default(),
+            &Hold::Asking(Instant::now()),
+            None,
+            1,
+            None,
+            &now,
+        );
+        assert!(fresh.conditions.unwrap_or_default().is_empty());
+        // approved now: recorded; later statuses keep it until another is approved
+        let approved = with_hold(ShimStatus::default(), &Hold::Go, Some(4), 1, None, &now);
+        assert_eq!(approved.approved_generation, Some(4));
+        let later = with_hold(
+            ShimStatus::default(),
+            &Hold::Asking(Instant::now()),
+            None,
+            1,
+            Some(&approved),
+            &now,
+        );
+        assert_eq!(later.approved_generation, Some(4));
+        let next = with_hold(
+            ShimStatus::default(),
+            &Hold::Go,
+            Some(5),
+            1,
+            Some(&later),
+            &now,
+        );
+        assert_eq!(next.approved_generation, Some(5));
+    }
+
+    #[test]
+    fn a_refusal_is_persisted_for_its_generation_and_trusted_as_an_approval_is() {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let refused = with_hold(
+            ShimStatus::default(),
+            &Hold::Refused("change freeze".into()),
+            None,
+            3,
+            None,
+            &now,
+        );
+        assert_eq!(refused.refused_generation, Some(3));
+        let shim = |generation: i64, status: &ShimStatus| {
+            let y = format!(
+                "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s, generation: {generation}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
+                "a".repeat(64)
+            );
+            let mut s = crate::api::load::parse_shims(&y, "t.yaml")
+                .unwrap()
+                .remove(0);
+            s.status = Some(status.clone());
+            s
+        };
+        assert_eq!(
+            persisted(&shim(3, &refused)),
+            Some(Hold::Refused("change freeze".into()))
+        );
+        // a new generation is asked again
+        assert_eq!(persisted(&shim(4, &refused)), None);
+        // approved: trusted; an approval of another generation is not
+        let approved = with_hold(ShimStatus::default(), &Hold::Go, Some(4), 4, None, &now);
+        assert_eq!(persisted(&shim(4, &approved)), Some(Hold::Go));
+        assert_eq!(persisted(&shim(5, &approved)), None);
+        // the refusal is kept through later statuses (asking, going) of other generations
+        let later = with_hold(
+            ShimStatus::default(),
+            &Hold::Asking(Instant::now()),
+            None,
+            4,
+            Some(&refused),
+            &now,
+        );
+        assert_eq!(later.refused_generation, Some(3));
     }
 }

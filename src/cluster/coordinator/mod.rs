@@ -20,20 +20,32 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
-use super::election::{LeaseLock, Timings, lead};
 use super::nodestate::parse_states;
-use super::rollout::Rollout;
 use super::slots::SLOT_SHIM_LABEL;
-use super::status::{NodeView, compute_status};
 use super::watch::{Tasks, spawn_reflector};
-use super::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, NAMESPACE, node_label};
+use super::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
+use election::{LeaseLock, Timings, lead};
+use slot_writes::Rollout;
+use status::NodeView;
+
+pub mod election;
+mod error;
+pub mod plan;
+pub mod slot_writes;
+pub mod status;
+
+pub use error::CoordinatorError;
+pub use plan::runtime_class;
+
+/// Pause before a Shim whose reconcile failed (an API error) is looked at again.
+pub const RETRY_SECS: u64 = 5;
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
-use crate::hooks::rollout::{Hold, RolloutHooks, with_hold};
+use crate::hooks::rollout::{Hold, RolloutHooks};
 
 /// Coordinator settings.
 #[derive(Debug, Clone, Copy)]
@@ -138,8 +150,9 @@ async fn duties(client: Client, config: CoordinatorConfig) {
             let due = match c.reconcile(&shim, &views, &classes, &leases).await {
                 Ok(due) => due,
                 Err(e) => {
-                    tracing::warn!(shim = %shim.name_any(), "coordinator: cannot reconcile; retrying: {e}");
-                    Some(Instant::now() + Duration::from_secs(5))
+                    crate::telemetry::coordinator_error(e.step(), e.reason());
+                    tracing::warn!(shim = %shim.name_any(), step = e.step(), reason = e.reason(), "coordinator: {e}; retrying in {RETRY_SECS} s");
+                    Some(Instant::now() + Duration::from_secs(RETRY_SECS))
                 }
             };
             next = match (next, due) {
@@ -182,16 +195,17 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    /// Reconcile one Shim; returns when it wants to be looked at again (a throttled status).
+    /// Reconcile one Shim: gather the facts, plan ([`plan::plan_shim`]), execute. Returns when
+    /// it wants to be looked at again (a deferral, a throttled status).
     async fn reconcile(
         &mut self,
         shim: &Shim,
         nodes: &[NodeView],
         classes: &Store<RuntimeClass>,
         leases: &Store<ShimLease>,
-    ) -> Result<Option<Instant>, kube::Error> {
+    ) -> Result<Option<Instant>, CoordinatorError> {
         let name = shim.name_any();
-        let mut rollout = Rollout::of(shim, nodes, leases);
+        let rollout = Rollout::of(shim, nodes, leases);
         let existing_nodes: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
         // no slot opens for a generation its BeforeRollout extensions hold (or are asked
         // about: the calls run beside this loop, which goes on with the other Shims)
@@ -200,114 +214,85 @@ impl Coordinator {
         } else {
             self.rollout_hooks.check(shim)
         };
-        let halted = rollout.halted;
-        rollout.halted |= hold != Hold::Go;
         rollout
-            .keep_slots(&self.client, shim, &existing_nodes)
+            .keep_slots(&self.client, shim, &existing_nodes, hold != Hold::Go)
             .await;
-        rollout.halted = halted;
+        let rc = classes.get(&ObjectRef::new(&shim.spec.runtime_class.name));
+        let time = Time(k8s_openapi::jiff::Timestamp::now());
+        let with_rollout = |st| rollout.status(st, shim.status.as_ref(), &time);
+        let actions = plan::plan_shim(&plan::ShimFacts {
+            shim,
+            nodes,
+            runtime_class: rc.as_deref(),
+            with_rollout: &with_rollout,
+            hold: &hold,
+            approved: self.rollout_hooks.approved(shim),
+            last_status_write: self.last_status_write.get(&name).copied(),
+            status_interval: self.config.status_interval,
+            now: Instant::now(),
+            time: &time,
+        });
+        self.execute(shim, actions).await
+    }
+
+    /// Carry out a Shim's [`ShimActions`](plan::ShimActions), in order.
+    async fn execute(
+        &mut self,
+        shim: &Shim,
+        actions: plan::ShimActions,
+    ) -> Result<Option<Instant>, CoordinatorError> {
+        use CoordinatorError as E;
+        let name = shim.name_any();
         let shims = Api::<Shim>::all(self.client.clone());
-        let deleting = shim.metadata.deletion_timestamp.is_some();
-        let has_finalizer = shim.finalizers().iter().any(|f| f == FINALIZER);
-        if !deleting && !has_finalizer {
+        let rc_api = Api::<RuntimeClass>::all(self.client.clone());
+        let rc_name = &shim.spec.runtime_class.name;
+        if actions.add_finalizer {
             let mut finalizers = shim.finalizers().to_vec();
             finalizers.push(FINALIZER.into());
-            set_finalizers(&shims, shim, finalizers).await?;
+            set_finalizers(&shims, shim, finalizers)
+                .await
+                .map_err(E::finalizer)?;
         }
-
-        let rc_name = &shim.spec.runtime_class.name;
-        let existing = classes.get(&ObjectRef::new(rc_name));
-        let uid = shim.uid().unwrap_or_default();
-        let ours = existing
-            .as_ref()
-            .map(|rc| rc.owner_references().iter().any(|o| o.uid == uid));
-        let rc_problem = match ours {
-            Some(false) => Some((
-                "RuntimeClassConflict",
-                format!(
-                    "RuntimeClass {rc_name:?} already exists and does not belong to this Shim; delete it or set another spec.runtimeClass.name"
-                ),
-            )),
-            _ => None,
-        };
-        let label = node_label(&name);
-        let served = nodes
-            .iter()
-            .any(|n| n.labels.get(&label).map(String::as_str) == Some("true"));
-        let rc_api = Api::<RuntimeClass>::all(self.client.clone());
-        if deleting {
-            if ours == Some(true) {
-                tracing::info!(shim = %name, runtime_class = %rc_name, "deleting the RuntimeClass of a deleted Shim");
-                delete_ignoring_missing(&rc_api, rc_name).await?;
+        match actions.runtime_class {
+            plan::ClassAction::Keep => {}
+            plan::ClassAction::Delete => {
+                tracing::info!(shim = %name, runtime_class = %rc_name, "deleting the RuntimeClass (its Shim is going, or its handler changed)");
+                delete_ignoring_missing(&rc_api, rc_name)
+                    .await
+                    .map_err(E::runtime_class)?;
             }
-        } else if rc_problem.is_none() && served {
-            let desired = runtime_class(shim);
-            match existing.as_deref() {
-                Some(rc) if rc.handler != desired.handler => {
-                    tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass handler changed; replacing it");
-                    // The handler is immutable: replace the RuntimeClass.
-                    delete_ignoring_missing(&rc_api, rc_name).await?;
-                }
-                Some(rc) if same_class(rc, &desired) => {}
-                _ => {
-                    let pp = PatchParams::apply(FIELD_MANAGER).force();
-                    rc_api.patch(rc_name, &pp, &Patch::Apply(&desired)).await?;
-                    tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass applied");
-                }
+            plan::ClassAction::Apply(rc) => {
+                let pp = PatchParams::apply(FIELD_MANAGER).force();
+                rc_api
+                    .patch(rc_name, &pp, &Patch::Apply(&*rc))
+                    .await
+                    .map_err(E::runtime_class)?;
+                tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass applied");
             }
         }
-
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let status = rollout.status(
-            compute_status(shim, nodes, rc_problem, shim.status.as_ref(), &now),
-            shim.status.as_ref(),
-            &now,
-        );
-        let approved = self.rollout_hooks.approved(shim);
-        let generation = shim.metadata.generation.unwrap_or_default();
-        let status = with_hold(
-            status,
-            &hold,
-            approved,
-            generation,
-            shim.status.as_ref(),
-            &now,
-        );
-        let mut due = hold.due();
-        if shim.status.as_ref() != Some(&status) {
-            let last = self.last_status_write.get(&name).copied();
-            match last {
-                Some(t) if t.elapsed() < self.config.status_interval => {
-                    due = Some(t + self.config.status_interval);
-                }
-                _ => {
-                    let patch = serde_json::json!({ "status": status });
-                    tracing::debug!(shim = %name, "status changed; writing it");
-                    shims
-                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await?;
-                    self.last_status_write.insert(name.clone(), Instant::now());
-                }
-            }
+        if let plan::StatusAction::Write(status) = actions.status {
+            let patch = serde_json::json!({ "status": status });
+            tracing::debug!(shim = %name, "status changed; writing it");
+            shims
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(E::status)?;
+            self.last_status_write.insert(name.clone(), Instant::now());
         }
-
-        if deleting && has_finalizer {
-            let clean = nodes
+        if actions.remove_finalizer {
+            let finalizers: Vec<String> = shim
+                .finalizers()
                 .iter()
-                .all(|n| !n.labels.contains_key(&label) && !n.states.contains_key(&name));
-            if clean && ours != Some(true) {
-                let finalizers: Vec<String> = shim
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != FINALIZER)
-                    .cloned()
-                    .collect();
-                set_finalizers(&shims, shim, finalizers).await?;
-                self.last_status_write.remove(&name);
-                tracing::info!(shim = %name, "every node is clean; finalizer removed");
-            }
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect();
+            set_finalizers(&shims, shim, finalizers)
+                .await
+                .map_err(E::finalizer)?;
+            self.last_status_write.remove(&name);
+            tracing::info!(shim = %name, "every node is clean; finalizer removed");
         }
-        Ok(due)
+        Ok(actions.due)
     }
 }
 
@@ -338,39 +323,4 @@ async fn delete_ignoring_missing(api: &Api<RuntimeClass>, name: &str) -> Result<
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// The RuntimeClass a Shim wants: its handler, scheduled onto nodes with its label, owned by
-/// the Shim (garbage-collected with it).
-pub fn runtime_class(shim: &Shim) -> RuntimeClass {
-    use k8s_openapi::api::node::v1::Scheduling;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    let owner = shim.controller_owner_ref(&());
-    RuntimeClass {
-        metadata: ObjectMeta {
-            name: Some(shim.spec.runtime_class.name.clone()),
-            labels: Some([(MANAGED_BY_LABEL.to_string(), FIELD_MANAGER.to_string())].into()),
-            owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
-        },
-        handler: shim.handler().to_string(),
-        scheduling: Some(Scheduling {
-            node_selector: Some([(node_label(&shim.name_any()), "true".to_string())].into()),
-            tolerations: None,
-        }),
-        overhead: None,
-    }
-}
-
-fn same_class(have: &RuntimeClass, want: &RuntimeClass) -> bool {
-    have.handler == want.handler
-        && have
-            .scheduling
-            .as_ref()
-            .and_then(|s| s.node_selector.as_ref())
-            == want
-                .scheduling
-                .as_ref()
-                .and_then(|s| s.node_selector.as_ref())
-        && have.owner_references() == want.owner_references()
 }

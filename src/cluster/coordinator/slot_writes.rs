@@ -10,17 +10,18 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
-use super::NAMESPACE;
-use super::slots::{
-    Limits, SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_SHIM_LABEL, Slot, SlotAction,
-    halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token, slot_name, slot_of,
-};
 use super::status::{NodeView, with_rollout};
-use super::target::targets;
-use crate::api::lease::{ShimLease, ShimLeaseSpec};
+use crate::api::lease::ShimLease;
 use crate::api::{Shim, ShimStatus};
+use crate::cluster::NAMESPACE;
+use crate::cluster::lease_edits;
+use crate::cluster::slots::{
+    Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
+    slot_name, slot_of,
+};
+use crate::cluster::target::targets;
 
 /// The slots of `shim` the coordinator sees, with their Leases.
 pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
@@ -68,8 +69,15 @@ impl Rollout {
         with_rollout(status, self.limits, &plain, self.halted, previous, now)
     }
 
-    /// Make the slot Leases what the rules say. `nodes`: the Nodes that exist.
-    pub async fn keep_slots(&self, client: &Client, shim: &Shim, nodes: &BTreeSet<String>) {
+    /// Make the slot Leases what the rules say. `nodes`: the Nodes that exist; `held_back`:
+    /// an extension holds this generation's rollout (its slots close as in a halt).
+    pub async fn keep_slots(
+        &self,
+        client: &Client,
+        shim: &Shim,
+        nodes: &BTreeSet<String>,
+        held_back: bool,
+    ) {
         let api = Api::<ShimLease>::namespaced(client.clone(), NAMESPACE);
         let plain: Vec<Slot> = self.slots.iter().map(|(s, _)| s.clone()).collect();
         // A holder whose Node is gone *and* whose owner reference the garbage collector
@@ -82,14 +90,9 @@ impl Rollout {
             !nodes.contains(h) && lease.is_some_and(|(_, l)| !owned_by_node(l, h))
         };
         let name = shim.name_any();
-        let mut actions = plan_slots(self.limits, self.halted, &plain, gone);
+        let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
         actions.extend(plan_stamps(self.limits, &plain, &actions));
-        let count = self.limits.slots.map(|n| n.to_string());
-        let stamp = |l: &mut ShimLease| {
-            if let Some(c) = &count {
-                l.annotations_mut().insert(SLOT_COUNT.into(), c.clone());
-            }
-        };
+        let count = self.limits.slots;
         for action in actions {
             let lease = |i: u32| {
                 self.slots
@@ -97,10 +100,17 @@ impl Rollout {
                     .find(|(s, _)| s.index == i)
                     .map(|(_, l)| l.clone())
             };
+            let replace = |l: ShimLease| {
+                let api = api.clone();
+                async move {
+                    api.replace(&l.name_any(), &PostParams::default(), &l)
+                        .await
+                        .map(|_| ())
+                }
+            };
             let result = match &action {
                 SlotAction::Create { index, closed } => {
-                    let mut l = new_slot(shim, *index, closed.as_deref());
-                    stamp(&mut l);
+                    let l = lease_edits::create(shim, *index, *closed, count);
                     api.create(&PostParams::default(), &l).await.map(|_| ())
                 }
                 SlotAction::Delete {
@@ -117,42 +127,20 @@ impl Rollout {
                     api.delete(&slot_name(&name, *index), &dp).await.map(|_| ())
                 }
                 SlotAction::Mark { index, closed, .. } => match lease(*index) {
-                    Some(mut l) => {
-                        match closed {
-                            Some(c) => {
-                                l.annotations_mut().insert(SLOT_CLOSED.into(), c.clone());
-                            }
-                            None => {
-                                l.annotations_mut().remove(SLOT_CLOSED);
-                            }
-                        }
-                        stamp(&mut l);
-                        api.replace(&l.name_any(), &PostParams::default(), &l)
-                            .await
-                            .map(|_| ())
+                    Some(l) => {
+                        replace(lease_edits::stamp(lease_edits::close(l, *closed), count)).await
                     }
                     None => Ok(()),
                 },
                 SlotAction::Free { index, .. } => match lease(*index) {
-                    Some(mut l) => {
+                    Some(l) => {
                         tracing::warn!(shim = %name, slot = index, holder = ?l.spec.holder_identity, "freeing the slot of a deleted Node");
-                        let holder = l.spec.holder_identity.take().unwrap_or_default();
-                        l.annotations_mut().remove(SLOT_FAILED);
-                        l.annotations_mut().insert(SLOT_FREED.into(), holder);
-                        l.labels_mut().remove(super::slots::SLOT_HOLDER_LABEL);
-                        api.replace(&l.name_any(), &PostParams::default(), &l)
-                            .await
-                            .map(|_| ())
+                        replace(lease_edits::free(l)).await
                     }
                     None => Ok(()),
                 },
                 SlotAction::Stamp { index, .. } => match lease(*index) {
-                    Some(mut l) => {
-                        stamp(&mut l);
-                        api.replace(&l.name_any(), &PostParams::default(), &l)
-                            .await
-                            .map(|_| ())
-                    }
+                    Some(l) => replace(lease_edits::stamp(l, count)).await,
                     None => Ok(()),
                 },
             };
@@ -165,19 +153,4 @@ impl Rollout {
             }
         }
     }
-}
-
-/// A new slot Lease: labelled with its Shim, owned by it (deleted with it).
-fn new_slot(shim: &Shim, index: u32, closed: Option<&str>) -> ShimLease {
-    let mut l = ShimLease::new(
-        &slot_name(&shim.name_any(), index),
-        ShimLeaseSpec::default(),
-    );
-    l.metadata.namespace = Some(NAMESPACE.into());
-    l.metadata.labels = Some([(SLOT_SHIM_LABEL.to_string(), shim.name_any())].into());
-    l.metadata.owner_references = shim.controller_owner_ref(&()).map(|o| vec![o]);
-    if let Some(c) = closed {
-        l.metadata.annotations = Some([(SLOT_CLOSED.to_string(), c.to_string())].into());
-    }
-    l
 }

@@ -27,7 +27,8 @@ use tokio::time::Instant;
 use super::{GateTimings, SlotGate, gone};
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
-use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_index, slot_name, slot_of};
+use crate::cluster::slots::{Closed, SLOT_SHIM_LABEL, claim_delay, slot_index, slot_name, slot_of};
+use crate::txn::error::GateError;
 
 /// What one list of a Shim's slots showed.
 pub struct Seen<'s> {
@@ -63,7 +64,7 @@ impl SlotGate<'_> {
         &self,
         shim: &Shim,
         seen: Seen<'_>,
-    ) -> Result<Option<ShimLease>, String> {
+    ) -> Result<Option<ShimLease>, GateError> {
         let name = shim.name_any();
         let secs = self.timings.relist.as_secs().clamp(1, 290) as u32;
         let mut streams = Vec::new();
@@ -157,7 +158,11 @@ impl SlotGate<'_> {
                             return Ok(Some(l));
                         }
                         Err(e) if gone(&e) => w.lost = true,
-                        Err(e) => return Err(format!("cannot take slot {i} of {name}: {e}")),
+                        Err(e) => {
+                            return Err(GateError::SlotUnavailable(format!(
+                                "cannot take slot {i} of {name}: {e}"
+                            )));
+                        }
                     }
                 }
                 _ = &mut relist => return Ok(None),
@@ -177,7 +182,7 @@ impl SlotGate<'_> {
         let Some(s) = slot_of(shim, &l) else {
             return Next::Relist;
         };
-        let retired = s.closed.as_deref() == Some("retired");
+        let retired = s.closed == Some(Closed::Retired);
         let n_changed = s.count.is_some_and(|c| c != n);
         // held by a failed node: it stays taken until the rollout moves on
         let failed = !s.is_free() && s.failed.is_some();
