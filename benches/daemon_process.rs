@@ -6,8 +6,6 @@
 //! `cargo bench --bench daemon_process` (env `DAEMON_BENCH_IDLE_SECS`, default 60). Needs the
 //! node env (booted with `INFRA_NETWORK=host`, see .ci/node-env/README.md) and the kube env.
 
-#[path = "../tests/node_env/mod.rs"]
-mod node_env;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -18,6 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use shim_agent::api::Shim;
 use shim_agent::cluster::node_label;
+use support::node_env;
 
 const NODE: &str = "bench-process";
 

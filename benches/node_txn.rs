@@ -9,8 +9,6 @@
 //! of several booted nodes (`:`-separated, e.g. a 1.6 and a 2.x one), measured one after the
 //! other in the same run and printed side by side.
 
-#[path = "../tests/node_env/mod.rs"]
-mod node_env;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -20,7 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use node_env::{NodeEnv, RESTART_TIMEOUT, VERIFY_TIMEOUT};
 use shim_agent::api::load::parse_shims;
 use shim_agent::artifact::node_platform;
 use shim_agent::node::{CriClient, RuntimeHealth};
@@ -29,6 +26,7 @@ use shim_agent::settings::Settings;
 use shim_agent::state::{Origin, Phase};
 use shim_agent::txn::real::{CriHealth, SystemdRestarter};
 use shim_agent::txn::{Change, Node};
+use support::node_env::{self, NodeEnv, RESTART_TIMEOUT, VERIFY_TIMEOUT};
 
 /// Poll CRI until `stop`; return the longest outage.
 async fn poll(cri: CriClient, stop: Arc<AtomicBool>) -> Duration {

@@ -1,15 +1,25 @@
-//! Test helpers for the artifact module: a tiny loopback HTTP server (one thread per
-//! connection, scripted responses, hit counts), archive builders including hostile
-//! entries, ELF helpers and a directory snapshot to prove "nothing changed".
+//! The helpers of every test group (`tests/pure`, `tests/kube`, `tests/node`,
+//! `tests/failpoints`), one tree compiled into each:
+//!
+//! - here: a tiny loopback HTTP server (one thread per connection, scripted responses, hit
+//!   counts), archive builders including hostile entries, ELF helpers and a directory snapshot
+//!   to prove "nothing changed";
+//! - [`live`]: a scripted containerd for the transaction engine; [`image_root`]: image roots
+//!   for offline installs; [`containerd`]: the config engine's round-trip checks;
+//! - [`kube`]: the real control plane of the kube env; [`agent_rig`]: one agent against it;
+//!   [`fleet`]: fleets of agents; [`hookserver`], [`hooks_kube`], [`tls`]: test extensions;
+//! - [`node_env`]: the real systemd + containerd node of `.ci/node-env/`.
 #![allow(dead_code)]
 
 pub mod agent_rig;
+pub mod containerd;
 pub mod fleet;
 pub mod hooks_kube;
 pub mod hookserver;
 pub mod image_root;
 pub mod kube;
 pub mod live;
+pub mod node_env;
 pub mod tls;
 
 use std::collections::HashMap;

@@ -1,0 +1,201 @@
+//! The agent's edges on the real API server: changes that arrive together, a static Shim of
+//! the same name as a cluster Shim, and a node name that matches no Node.
+
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+
+use shim_agent::cluster::session;
+
+use crate::support;
+use crate::support::agent_rig::{Rig, cluster_node, with_agent};
+use crate::support::kube::{SERIAL, eventually};
+use crate::support::live::{fake, shim_yaml};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shims_applied_together_share_one_transaction_and_one_restart() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-batch").await else {
+        return;
+    };
+    let names = ["ke-batch-a", "ke-batch-b", "ke-batch-c"];
+    for n in names {
+        rig.force_delete(n).await;
+    }
+    let f = fake(&rig.w);
+    with_agent(&rig, &f, || async {
+        let docs: Vec<String> = names
+            .iter()
+            .map(|n| shim_yaml(&rig.w, n, "1", "test: ke-batch"))
+            .collect();
+        let (ok, out) = rig.env.apply(&docs.join("---\n"));
+        assert!(ok, "{out}");
+        for n in names {
+            eventually(30, &format!("the label of {n}"), || async {
+                (rig.label(n).await.as_deref() == Some("true")).then_some(())
+            })
+            .await;
+        }
+    })
+    .await;
+    assert_eq!(
+        *f.restarts.borrow(),
+        1,
+        "three Shims, one containerd restart"
+    );
+    for n in names {
+        rig.force_delete(n).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_shim_wins_over_the_cluster_shim_of_the_same_name_and_the_node_says_so() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-static").await else {
+        return;
+    };
+    let shim = "ke-static-spin";
+    rig.force_delete(shim).await;
+    // the node owner's file, with another artifact than the cluster's
+    let dir = rig.w.root.resolve("/etc/shim-agent/shims.d").unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mine = shim_yaml(&rig.w, shim, "mine", "test: ke-static");
+    std::fs::write(dir.join("mine.yaml"), &mine).unwrap();
+    let f = fake(&rig.w);
+    with_agent(&rig, &f, || async {
+        let (ok, out) = rig
+            .env
+            .apply(&shim_yaml(&rig.w, shim, "cluster", "test: ke-static"));
+        assert!(ok, "{out}");
+        let state = eventually(30, "Conflict on the node", || async {
+            let s = rig.state_annotation().await?;
+            s.contains("StaticShimWins").then_some(s)
+        })
+        .await;
+        assert!(state.contains("\"phase\":\"Conflict\""), "{state}");
+        assert_eq!(
+            rig.label(shim).await,
+            None,
+            "the cluster's Shim is not served here"
+        );
+    })
+    .await;
+    let st = support::live::state(&rig.w);
+    assert_eq!(st.shims[shim].origin, shim_agent::state::Origin::Static);
+    let digest_of = |y: &str| {
+        y.split("sha256: ")
+            .nth(1)
+            .unwrap()
+            .split('}')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        st.shims[shim].artifact_sha256,
+        digest_of(&mine),
+        "the static artifact runs"
+    );
+    rig.force_delete(shim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_name_that_matches_no_node_ends_the_agent_with_an_error_that_says_so() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-noname").await else {
+        return;
+    };
+    let f = fake(&rig.w);
+    let n = cluster_node(&rig.w, &f);
+    let mut config = rig.config();
+    // the kubelet identity of ke-noname-node, but a name with no Node object
+    config.node_name = "ke-no-such-node".into();
+    config.node_wait = Duration::from_secs(2);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let e = session::run(&n, config, rx).await.unwrap_err().to_string();
+    assert!(
+        e.contains("no Node named \"ke-no-such-node\"") && e.contains("node.name"),
+        "{e}"
+    );
+    assert_eq!(*f.restarts.borrow(), 0);
+}
+
+/// The Events regarding `name` (any kind), as (reason, note).
+async fn events_about(rig: &Rig, name: &str) -> Vec<(String, String)> {
+    let events: Api<Event> = Api::namespaced(rig.admin.clone(), "default");
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an_event_too() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-rollback").await else {
+        return;
+    };
+    let shim = "ke-rollback-spin";
+    rig.force_delete(shim).await;
+    let mut f = fake(&rig.w);
+    f.fail_restarts = vec![1]; // the first restart fails; the rollback's restart works
+    let original = support::live::config(&rig.w);
+    with_agent(&rig, &f, || async {
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "1", "test: ke-rollback"));
+        let state = eventually(30, "Failed on the node", || async {
+            let s = rig.state_annotation().await?;
+            s.contains("\"phase\":\"Failed\"").then_some(s)
+        })
+        .await;
+        assert!(state.contains("RolledBack"), "{state}");
+        assert_eq!(rig.label(shim).await, None);
+        eventually(30, "a RolledBack Event on the Shim", || async {
+            events_about(&rig, shim)
+                .await
+                .iter()
+                .any(|(r, n)| r == "RolledBack" && n.contains("rolled back"))
+                .then_some(())
+        })
+        .await;
+        eventually(30, "Degraded on the Shim", || async {
+            (rig.condition(shim, "Degraded").await? == ("True".into(), "RolledBack".into()))
+                .then_some(())
+        })
+        .await;
+    })
+    .await;
+    assert_eq!(
+        support::live::config(&rig.w),
+        original,
+        "rolled back to the same bytes"
+    );
+    // once containerd restarts again, the Shim installs and then upgrades, with Events
+    f.fail_restarts.clear();
+    with_agent(&rig, &f, || async {
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "2", "test: ke-rollback"));
+        eventually(30, "the install", || async {
+            (rig.label(shim).await.as_deref() == Some("true")).then_some(())
+        })
+        .await;
+        rig.env
+            .apply(&shim_yaml(&rig.w, shim, "3", "test: ke-rollback"));
+        eventually(30, "Upgraded Events on the Shim and the Node", || async {
+            let on_shim = events_about(&rig, shim).await;
+            let on_node = events_about(&rig, &rig.name).await;
+            (on_shim.iter().any(|(r, _)| r == "Upgraded")
+                && on_node.iter().any(|(r, _)| r == "Upgraded"))
+            .then_some(())
+        })
+        .await;
+    })
+    .await;
+    rig.force_delete(shim).await;
+}

@@ -1,0 +1,447 @@
+//! A node's credential gains no cluster-wide power from shim-agent (docs/design.md §7), on the
+//! real API server with the manifests `shim-agent manifests` prints.
+//!
+//! - Each denial, for the kubelet identity and for the dedicated ServiceAccount variant
+//!   (a token bound to the Node): an administrator's RuntimeClass cannot be deleted or
+//!   replaced, no RuntimeClass created, no Shim status or finalizer written, no other Node
+//!   patched, no slot created or deleted, the coordinator lease not touched; the ServiceAccount
+//!   is held to its own Node and to the Shim labels there; a token bound to no node writes
+//!   neither Nodes nor slots.
+//! - The coordinator identity writes only RuntimeClasses its Shims own, and only as the Shim
+//!   says: name, handler and node label.
+//! - The audit: what `kubectl auth can-i --list` grants a node identity after the manifests,
+//!   beyond what it had before, is exactly what the design's table lists.
+
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use shim_agent::api::Shim;
+use shim_agent::api::lease::ShimLease;
+
+use crate::support::kube::{Instance, KubeEnv, SERIAL, client_for, kube_env};
+
+const ADMIN_RC: &str = "kc-sandboxed";
+const SHIM: &str = "kc-shim";
+
+fn shim_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  nodeSelector: {{test: kc-nowhere}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"https://e.com/a.tgz\", sha256: {}}}}}\n  runtimeClass: {{name: {name}, handler: {name}-handler}}\n",
+        "a".repeat(64)
+    )
+}
+
+/// A client acting with `token` (a ServiceAccount token) against `env`'s API server.
+async fn token_client(env: &KubeEnv, token: &str) -> Client {
+    let mut kc = kube::config::Kubeconfig::read_from(&env.admin).unwrap();
+    for a in &mut kc.auth_infos {
+        a.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..Default::default()
+        });
+    }
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(cfg).unwrap()
+}
+
+/// A token of the node agents' ServiceAccount, bound to Node `node` (or to nothing).
+fn sa_token(env: &KubeEnv, node: Option<&str>) -> String {
+    let mut args = vec!["create", "token", "shim-agent", "-n", "shim-agent-system"];
+    if let Some(n) = node {
+        args.extend(["--bound-object-kind", "Node", "--bound-object-name", n]);
+    }
+    let (ok, out) = env.kubectl(&args);
+    assert!(ok, "{out}");
+    out.trim().to_string()
+}
+
+fn runtime_class(name: &str, handler: &str, owner: Option<&Shim>) -> serde_json::Value {
+    let mut rc = json!({
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "shim-agent"}},
+        "handler": handler,
+        "scheduling": {"nodeSelector": {format!("containerd.x-k8s.io/{SHIM}"): "true"}},
+    });
+    if let Some(s) = owner {
+        rc["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "containerd.x-k8s.io/v1alpha1", "kind": "Shim",
+            "name": s.metadata.name, "uid": s.metadata.uid, "controller": true,
+        }]);
+    }
+    rc
+}
+
+async fn create_rc(client: &Client, rc: serde_json::Value) -> Result<(), String> {
+    let api: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(client.clone());
+    let rc = serde_json::from_value(rc).unwrap();
+    api.create(&PostParams::default(), &rc)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Every write a node identity might try against the other nodes, denied, with why.
+async fn node_identity_is_denied(env: &KubeEnv, who: &str, client: &Client, me: &str) {
+    let denied = |what: &str, r: Result<(), String>, why: &str| {
+        let e = r.expect_err(&format!("{who}: {what} was allowed"));
+        assert!(e.contains(why), "{who}: {what}: {e}");
+    };
+    let rcs: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(client.clone());
+    // the administrator's RuntimeClass: no delete, no replace, no patch
+    denied(
+        "delete the admin's RuntimeClass",
+        rcs.delete(ADMIN_RC, &Default::default())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        "forbidden",
+    );
+    denied(
+        "patch the admin's RuntimeClass's handler",
+        rcs.patch(
+            ADMIN_RC,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"handler": "runc"})),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string()),
+        "forbidden",
+    );
+    // a RuntimeClass of its own, even one posing as a Shim's
+    let shims: Api<Shim> = Api::all(client.clone());
+    let shim = Api::<Shim>::all(client_for(&env.admin).await)
+        .get(SHIM)
+        .await
+        .unwrap();
+    denied(
+        "create a RuntimeClass",
+        create_rc(client, runtime_class("kc-evil", "runc", None)).await,
+        "forbidden",
+    );
+    denied(
+        "create a Shim's RuntimeClass",
+        create_rc(client, runtime_class(SHIM, "runc", Some(&shim))).await,
+        "forbidden",
+    );
+    // Shim status (a forged approvedGeneration would skip BeforeRollout) and finalizers
+    denied(
+        "patch a Shim's status",
+        shims
+            .patch_status(
+                SHIM,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"approvedGeneration": 1}})),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        "forbidden",
+    );
+    denied(
+        "remove a Shim's finalizer",
+        shims
+            .patch(
+                SHIM,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        "forbidden",
+    );
+    // another Node
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    denied(
+        "label another Node",
+        nodes
+            .patch(
+                "kc-b",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {format!("containerd.x-k8s.io/{SHIM}"): "true"}}})),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        "",
+    );
+    // ShimLeases: no create or delete; the coordinator lease is not its to write
+    let leases: Api<ShimLease> = Api::namespaced(client.clone(), "shim-agent-system");
+    let lease: ShimLease = serde_json::from_value(json!({
+        "apiVersion": "containerd.x-k8s.io/v1alpha1", "kind": "ShimLease",
+        "metadata": {"name": "kc-made-up", "namespace": "shim-agent-system"},
+        "spec": {"holderIdentity": me},
+    }))
+    .unwrap();
+    denied(
+        "create a ShimLease",
+        leases
+            .create(&PostParams::default(), &lease)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        "forbidden",
+    );
+    let mut coordinator = leases.get("kc-coordinator").await.unwrap();
+    coordinator.spec.holder_identity = Some(me.to_string());
+    denied(
+        "take the coordinator lease",
+        leases
+            .replace("kc-coordinator", &PostParams::default(), &coordinator)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        "may write only rollout slots",
+    );
+    denied(
+        "delete a ShimLease",
+        leases
+            .delete("kc-coordinator", &Default::default())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        "forbidden",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_credential_can_change_no_runtime_class_and_nothing_of_another_node() {
+    let _serial = SERIAL.lock().await;
+    let Some(env) = kube_env() else { return };
+    let admin = client_for(&env.admin).await;
+    for n in ["kc-a", "kc-b"] {
+        env.create_node(n, &[]).await;
+    }
+    let _ = env.kubectl(&[
+        "delete",
+        "runtimeclass",
+        ADMIN_RC,
+        "kc-evil",
+        "--ignore-not-found",
+    ]);
+    let (ok, out) = env.apply(&format!(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: {ADMIN_RC}}}\nhandler: kata\n---\n{}---\napiVersion: containerd.x-k8s.io/v1alpha1\nkind: ShimLease\nmetadata: {{name: kc-coordinator, namespace: shim-agent-system}}\nspec: {{holderIdentity: someone}}\n",
+        shim_yaml(SHIM)
+    ));
+    assert!(ok, "{out}");
+
+    // the kubelet identity
+    let kubelet = client_for(&env.node_identity("kc-a")).await;
+    node_identity_is_denied(env, "kubelet kc-a", &kubelet, "kc-a").await;
+    // the ServiceAccount variant, bound to Node kc-a
+    let sa = token_client(env, &sa_token(env, Some("kc-a"))).await;
+    node_identity_is_denied(env, "ServiceAccount bound to kc-a", &sa, "kc-a").await;
+    // ... held to its own Node as a kubelet is, and there to the Shim labels
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(sa.clone());
+    let label = |k: &str| json!({"metadata": {"labels": {k: "true"}}});
+    nodes
+        .patch(
+            "kc-a",
+            &PatchParams::default(),
+            &Patch::Merge(label(&format!("containerd.x-k8s.io/{SHIM}"))),
+        )
+        .await
+        .expect("its own Node's Shim label");
+    let e = nodes
+        .patch(
+            "kc-b",
+            &PatchParams::default(),
+            &Patch::Merge(label(&format!("containerd.x-k8s.io/{SHIM}"))),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("may update only its own Node (kc-a), not kc-b"),
+        "{e}"
+    );
+    let e = nodes
+        .patch(
+            "kc-a",
+            &PatchParams::default(),
+            &Patch::Merge(label("node-role.kubernetes.io/control-plane")),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("only its Node's containerd.x-k8s.io/ labels"),
+        "{e}"
+    );
+    // a token bound to no node acts for none
+    let unbound = token_client(env, &sa_token(env, None)).await;
+    let e = Api::<k8s_openapi::api::core::v1::Node>::all(unbound.clone())
+        .patch(
+            "kc-a",
+            &PatchParams::default(),
+            &Patch::Merge(label(&format!("containerd.x-k8s.io/{SHIM}"))),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("it acts for no node"), "{e}");
+
+    // the administrator's RuntimeClass is untouched
+    let rc = Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(admin.clone())
+        .get(ADMIN_RC)
+        .await
+        .unwrap();
+    assert_eq!(rc.handler, "kata");
+    let _ = env.kubectl(&["delete", "runtimeclass", ADMIN_RC, "--ignore-not-found"]);
+    let _ = env.kubectl(&[
+        "delete",
+        "shimlease",
+        "-n",
+        "shim-agent-system",
+        "kc-coordinator",
+    ]);
+    let _ = env.kubectl(&["delete", "shim", SHIM, "--wait=false"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coordinator_writes_only_the_runtime_classes_its_shims_own_and_as_they_say() {
+    let _serial = SERIAL.lock().await;
+    let Some(env) = kube_env() else { return };
+    let _ = env.kubectl(&[
+        "delete",
+        "runtimeclass",
+        ADMIN_RC,
+        SHIM,
+        "--ignore-not-found",
+    ]);
+    let (ok, out) = env.apply(&format!(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: {ADMIN_RC}}}\nhandler: kata\n---\n{}",
+        shim_yaml(SHIM)
+    ));
+    assert!(ok, "{out}");
+    let admin = client_for(&env.admin).await;
+    let shim = Api::<Shim>::all(admin.clone()).get(SHIM).await.unwrap();
+    let c = client_for(&env.coordinator_identity()).await;
+    let rcs: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(c.clone());
+
+    let e = rcs
+        .delete(ADMIN_RC, &Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("only RuntimeClasses a Shim owns"), "{e}");
+    let e = create_rc(&c, runtime_class("kc-other", "runc", None))
+        .await
+        .unwrap_err();
+    assert!(e.contains("owned (controller) by exactly one Shim"), "{e}");
+    // the Shim's RuntimeClass with another handler
+    let e = create_rc(&c, runtime_class(SHIM, "runc", Some(&shim)))
+        .await
+        .unwrap_err();
+    assert!(e.contains(&format!("run handler {SHIM}-handler")), "{e}");
+    // the Shim's RuntimeClass owned by another (made-up) Shim
+    let mut fake = shim.clone();
+    fake.metadata.name = Some("kc-ghost".into());
+    fake.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
+    let e = create_rc(
+        &c,
+        runtime_class(SHIM, &format!("{SHIM}-handler"), Some(&fake)),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("can belong to no other owner"), "{e}");
+    // as the Shim says: allowed
+    create_rc(
+        &c,
+        runtime_class(SHIM, &format!("{SHIM}-handler"), Some(&shim)),
+    )
+    .await
+    .expect("the Shim's own RuntimeClass");
+    rcs.delete(SHIM, &Default::default())
+        .await
+        .expect("deleting it");
+    let _ = env.kubectl(&["delete", "runtimeclass", ADMIN_RC, "--ignore-not-found"]);
+    let _ = env.kubectl(&["delete", "shim", SHIM, "--wait=false"]);
+}
+
+/// `(resource, verb)` pairs of `kubectl auth can-i --list` output.
+fn granted(out: &str) -> std::collections::BTreeSet<(String, String)> {
+    let mut set = std::collections::BTreeSet::new();
+    for line in out.lines().skip(1) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // Resources, Non-Resource URLs, Resource Names, Verbs: the verbs are the last [...]
+        let (Some(resource), Some(verbs)) = (cols.first(), line.rfind('[')) else {
+            continue;
+        };
+        if resource.starts_with('/') {
+            continue; // non-resource URLs
+        }
+        let verbs = line[verbs..].trim_start_matches('[');
+        for v in verbs.trim_end_matches(']').split_whitespace() {
+            set.insert((resource.to_string(), v.to_string()));
+        }
+    }
+    set
+}
+
+/// `(resource, verb)` pairs of the design's table of what a node's credential holds.
+fn documented() -> std::collections::BTreeSet<(String, String)> {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/design.md")).unwrap();
+    let start = text
+        .find("**What a node's credential holds")
+        .expect("the table in docs/design.md §7");
+    let mut set = std::collections::BTreeSet::new();
+    for line in text[start..]
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("| resource"))
+        .skip(2)
+    {
+        let cells: Vec<&str> = line.trim().split('|').map(str::trim).collect();
+        if cells.len() < 3 {
+            break;
+        }
+        for resource in cells[1].split(',') {
+            let r = resource.trim().split('`').nth(1).unwrap_or_default();
+            for v in cells[2].split(',') {
+                set.insert((r.to_string(), v.trim().to_string()));
+            }
+        }
+    }
+    set
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_manifests_grant_a_node_identity_is_what_the_design_lists() {
+    let _serial = SERIAL.lock().await;
+    let Some(inst) = Instance::start("kc-audit", 6943, 24290) else {
+        return;
+    };
+    let node = inst.node_identity("kc-audit-node");
+    let can_i = || {
+        let mut all = std::collections::BTreeSet::new();
+        for ns in ["default", "shim-agent-system"] {
+            let (ok, out) = inst
+                .env
+                .kubectl_as(&node, &["auth", "can-i", "--list", "-n", ns]);
+            assert!(ok, "{out}");
+            all.extend(granted(&out));
+        }
+        all
+    };
+    let before = can_i();
+    let manifests = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/manifests.yaml");
+    let (ok, out) = inst
+        .env
+        .kubectl(&["apply", "--server-side", "-f", manifests]);
+    assert!(ok, "{out}");
+    let after = can_i();
+    let added: Vec<&(String, String)> = after.difference(&before).collect();
+    assert!(
+        !added.is_empty(),
+        "the manifests grant a node nothing? {after:?}"
+    );
+    let listed = documented();
+    let unlisted: Vec<_> = added.iter().filter(|p| !listed.contains(p)).collect();
+    assert!(
+        unlisted.is_empty(),
+        "the manifests grant a node identity verbs docs/design.md §7 does not list: {unlisted:?}"
+    );
+}

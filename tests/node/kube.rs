@@ -1,0 +1,689 @@
+//! The whole Kubernetes path on a real node: the agent binary runs INSIDE the node env
+//! (`.ci/node-env/`: systemd 252 + containerd in systemd-nspawn, Debian's 1.6.20 or an upstream
+//! 2.x build) as the packaged unit
+//! `packaging/systemd/shim-agent.service`, finds the kubelet's kubeconfig (the node's own
+//! identity `system:node:<name>`) at `/etc/kubernetes/kubelet.conf`, and talks to the real
+//! kube-apiserver of the kube env (tests/support/kube.rs) on 127.0.0.1:6443, which the node
+//! reaches because `boot.sh` ran with `INFRA_NETWORK=host` (scripts/test does).
+//!
+//! A `Shim` applied by the admin is installed (containerd restarted over D-Bus, verified
+//! through CRI), the Node is labelled, the coordinator publishes the RuntimeClass, and a pod
+//! sandbox then really starts through CRI with the new runtime handler (the shim process runs).
+//! Deleting the Shim takes it all back, down to containerd's config bytes.
+//!
+//! The node gets what a kubelet's node has besides: the sandbox image (imported, there is no
+//! registry), and two containerd settings for this machine's limits (see the comments there).
+//! The coordinator that publishes the RuntimeClass may be another agent of the cluster (one
+//! Lease per cluster); in CI it is this one.
+//!
+//! Skipped with a reason without a node env (booted with host networking) or a kube env,
+//! unless `SHIM_AGENT_REQUIRE_NODE_ENV=1` / `SHIM_AGENT_REQUIRE_KUBE_ENV=1` (CI).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::DeleteParams;
+use kube::{Api, Client, ResourceExt};
+use shim_agent::api::Shim;
+use shim_agent::cluster::{FINALIZER, node_label};
+use shim_agent::node::cri::proto;
+use shim_agent::node::{RuntimeHealth, ServiceManager};
+
+use crate::support::kube::{KubeEnv, SERIAL, eventually, kube_env};
+use crate::support::node_env::{self, NodeEnv, UNIT, VERIFY_TIMEOUT, node_env, oci_image};
+use crate::support::{Entry, sha256_hex, tar_gz};
+
+const TEST: &str = "node_kube";
+/// The Shim, its RuntimeClass and its handler (the handler defaults to the Shim's name).
+const SHIM: &str = "node-kube-demo";
+/// The Node label the Shim selects.
+const SELECTOR: (&str, &str) = ("shim-agent-test", "node-kube");
+/// The agent's unit inside the node.
+const AGENT_UNIT: &str = "shim-agent.service";
+/// Where the packaged unit runs the agent from (its `ExecStart=`).
+const AGENT_BIN: &str = "usr/bin/shim-agent";
+/// The artifact inside the node. Not under /tmp or /var/tmp: the packaged unit has
+/// `PrivateTmp=yes`, so the agent would see empty ones there.
+const ARTIFACT_DIR: &str = "srv/shim-agent-test";
+/// How long the agent may take to install, label and publish (or to undo it all).
+const CONVERGE_SECS: u64 = 90;
+const CRI_CALL: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_with_its_handler() {
+    let t0 = Instant::now();
+    let _serial = SERIAL.lock().await;
+    let Some(kube) = kube_env() else {
+        return;
+    };
+    let Some(env) = node_env(TEST).await else {
+        return;
+    };
+    if !env.shares_host_network() {
+        node_env::skip(
+            TEST,
+            "the node env does not share the host's network, so the agent inside cannot reach \
+             the API server on 127.0.0.1:6443; boot it with INFRA_NETWORK=host",
+        );
+        return;
+    }
+    let admin = kube.admin_client().await;
+
+    // --- 2. the Node, its kubelet identity where kubeadm puts it, the agent's config --------
+    let name = env
+        .exec_ok(&["cat", "/proc/sys/kernel/hostname"])
+        .trim()
+        .to_string();
+    assert!(!name.is_empty(), "the node has a host name");
+    // Cleanup (and the journal on failure) from here on, whatever happens.
+    let mut guard = Cleanup {
+        env: &env,
+        kube,
+        node: name.clone(),
+        images_before: None,
+    };
+    guard.remove_leftovers();
+    kube.create_node(&name, &[SELECTOR]).await;
+    let identity = kube.node_identity(&name);
+    write(
+        &env.root.join("etc/kubernetes/kubelet.conf"),
+        &std::fs::read(&identity).expect("read the node identity's kubeconfig"),
+        0o600,
+    );
+    // the node stands for the coordinator election too: the operator gave it a coordinator
+    // identity (a node's own credential carries no cluster-wide verbs)
+    write(
+        &env.root.join("etc/shim-agent/coordinator.kubeconfig"),
+        &std::fs::read(kube.coordinator_identity()).expect("the coordinator identity"),
+        0o600,
+    );
+    write(
+        &env.root.join("etc/shim-agent/config.toml"),
+        format!("[node]\nname = \"{name}\"\n\n[kubernetes]\ncoordinator-kubeconfig = \"/etc/shim-agent/coordinator.kubeconfig\"\n").as_bytes(),
+        0o644,
+    );
+
+    // --- what a kubelet's node has besides: the sandbox image (there is no registry to pull
+    // it from), and a containerd that can start sandboxes on this machine --------------------
+    guard.images_before = Some(env.image_refs());
+    import_sandbox_image(&env, kube);
+    // Two limits of this machine that a real node does not have, each met the way containerd
+    // documents for it. This is the config the agent finds and must give back byte for byte.
+    // - It withholds CAP_SYS_RESOURCE, so runc cannot give a sandbox the negative
+    //   oom_score_adj containerd asks for: `restrict_oom_score_adj` clamps it.
+    // - When the host keeps the cgroup controllers on v1 and the node runs on cgroup v2 (the
+    //   node env's default), the node's cgroup v2 has no `cpu` controller and runc fails on
+    //   the sandbox's cpu.weight: containerd 1.x's `disable_cgroup` (meant for a containerd
+    //   without cgroup access) leaves the sandbox's resources unset. containerd 2.x has no such
+    //   setting: its node must have the controller (INFRA_CGROUP=hybrid on such a host).
+    let mut settings = vec!["restrict_oom_score_adj"];
+    let cpu_cgroup = env.exec(&[
+        "sh",
+        "-c",
+        "test -d /sys/fs/cgroup/cpu || grep -qw cpu /sys/fs/cgroup/cgroup.controllers",
+    ]);
+    if !cpu_cgroup.status.success() {
+        if env.containerd.is_2x() {
+            node_env::skip(
+                TEST,
+                "the node's cgroups have no cpu controller, and containerd 2.x (no \
+                 `disable_cgroup` any more) always sets the sandbox's cpu shares: on a host that \
+                 keeps its controllers on cgroup v1, boot the node with INFRA_CGROUP=hybrid",
+            );
+            return;
+        }
+        settings.push("disable_cgroup");
+    }
+    // Set in the CRI runtime plugin's table, where the node's config has it (Debian's 1.6
+    // config has no such keys yet; containerd 2.x's default config lists them as `false`).
+    let cfg = std::fs::read_to_string(env.config_file()).expect("containerd's config");
+    let mut doc: toml_edit::DocumentMut = cfg.parse().expect("containerd's config is TOML");
+    let plugin = env.containerd.cri_runtime_plugin();
+    let table = doc["plugins"][plugin]
+        .as_table_like_mut()
+        .unwrap_or_else(|| panic!("no [plugins.{plugin:?}] table in:\n{cfg}"));
+    for key in &settings {
+        table.insert(key, toml_edit::value(true));
+    }
+    std::fs::write(env.config_file(), doc.to_string()).expect("write containerd's config");
+    env.systemd
+        .restart_unit(UNIT, node_env::RESTART_TIMEOUT)
+        .await
+        .expect("restart containerd with the machine's settings");
+    env.cri
+        .wait_for_handler("runc", VERIFY_TIMEOUT)
+        .await
+        .expect("CRI serves runc");
+
+    // --- 3. the agent, as the package installs it, under systemd ----------------------------
+    write(
+        &env.root.join(AGENT_BIN),
+        &std::fs::read(env!("CARGO_BIN_EXE_shim-agent")).expect("the agent binary"),
+        0o755,
+    );
+    let unit_text = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/systemd/shim-agent.service"),
+    )
+    .expect("the packaged unit");
+    assert!(
+        String::from_utf8_lossy(&unit_text).contains(&format!("ExecStart=/{AGENT_BIN} run")),
+        "the packaged unit runs /{AGENT_BIN}"
+    );
+    write(
+        &env.root.join("etc/systemd/system").join(AGENT_UNIT),
+        &unit_text,
+        0o644,
+    );
+    // No /opt/shim-agent yet: the package's tmpfiles.d entry creates it (its postinst runs
+    // systemd-tmpfiles, and systemd-tmpfiles-setup does at every boot); the unit needs it.
+    let _ = std::fs::remove_dir_all(env.root.join("opt/shim-agent"));
+    write(
+        &env.root.join("usr/lib/tmpfiles.d/shim-agent.conf"),
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/tmpfiles/shim-agent.conf"),
+        )
+        .unwrap()
+        .into_bytes(),
+        0o644,
+    );
+    env.exec_ok(&["systemd-tmpfiles", "--create", "shim-agent.conf"]);
+    env.systemd.reload().await.expect("daemon-reload");
+    env.exec_ok(&["systemctl", "start", AGENT_UNIT]);
+    let invocation = env
+        .exec_ok(&["systemctl", "show", "-P", "InvocationID", AGENT_UNIT])
+        .trim()
+        .to_string();
+    let this_run = || {
+        env.exec_ok(&[
+            "journalctl",
+            &format!("_SYSTEMD_INVOCATION_ID={invocation}"),
+            "--no-pager",
+            "-o",
+            "cat",
+        ])
+    };
+    let journal = eventually(30, "the agent to run against the cluster", || async {
+        let j = this_run();
+        j.contains("shim-agent running (cluster and static Shims)")
+            .then_some(j)
+    })
+    .await;
+    assert!(
+        journal.contains(&format!("as node {name}")),
+        "the agent uses the configured node name: {journal}"
+    );
+    eprintln!("[{:>5.1}s] agent running in the node", secs(t0));
+
+    // --- 4. the demo artifact inside the node, and the Shim ---------------------------------
+    let shim_bin = std::fs::read(env.root.join("usr/bin/containerd-shim-runc-v2"))
+        .expect("runc shim in the rootfs");
+    let artifact = tar_gz(&[
+        Entry::Dir("bin/"),
+        Entry::File("bin/containerd-shim-demo-v2", shim_bin, 0o755),
+    ]);
+    write(
+        &env.root.join(ARTIFACT_DIR).join("demo.tar.gz"),
+        &artifact,
+        0o644,
+    );
+    let url = format!("file:///{ARTIFACT_DIR}/demo.tar.gz");
+    // containerd's config: the main file, and conf.d/ where the agent adds its drop-in on 2.x
+    let original = env.config_files();
+    let before = env.invocation_id().await;
+    let (ok, out) = kube.apply(&shim_yaml(&url, &sha256_hex(&artifact)));
+    assert!(ok, "kubectl apply: {out}");
+
+    // --- 5. installed, labelled, published, served -------------------------------------------
+    eventually(CONVERGE_SECS, "the node label", || async {
+        (label(&admin, &name).await.as_deref() == Some("true")).then_some(())
+    })
+    .await;
+    eprintln!("[{:>5.1}s] node labelled", secs(t0));
+    let rcs: Api<RuntimeClass> = Api::all(admin.clone());
+    let rc = eventually(CONVERGE_SECS, "the RuntimeClass", || async {
+        rcs.get_opt(SHIM).await.ok().flatten()
+    })
+    .await;
+    assert_eq!(rc.handler, SHIM);
+    let selector = rc
+        .scheduling
+        .and_then(|s| s.node_selector)
+        .unwrap_or_default();
+    assert_eq!(
+        selector.get(&node_label(SHIM)).map(String::as_str),
+        Some("true"),
+        "the RuntimeClass schedules onto labelled nodes"
+    );
+    assert_ne!(
+        env.invocation_id().await,
+        before,
+        "containerd was restarted"
+    );
+    assert!(
+        env.config_text()
+            .contains(&format!("# shim-agent: handler {SHIM}")),
+        "the handler is in containerd's config"
+    );
+    let st = env.cri.status(CRI_CALL).await.expect("CRI status");
+    assert!(
+        st.runtime_ready
+            && st.handlers.contains(&SHIM.to_string())
+            && st.handlers.contains(&"runc".to_string()),
+        "{st:?}"
+    );
+    let shims: Api<Shim> = Api::all(admin.clone());
+    eventually(CONVERGE_SECS, "the Shim's Ready=True", || async {
+        let s = shims.get_opt(SHIM).await.ok().flatten()?;
+        let c = s.status?.conditions?;
+        c.iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let s = shims.get(SHIM).await.expect("the Shim");
+    assert!(
+        s.finalizers().contains(&FINALIZER.to_string()),
+        "{:?}",
+        s.finalizers()
+    );
+    eprintln!("[{:>5.1}s] RuntimeClass published, Shim Ready", secs(t0));
+
+    // --- 6. a pod sandbox through CRI with the new handler -----------------------------------
+    // Checked to the end; the uninstall below runs whatever happened here, and the test fails
+    // afterwards if this step did.
+    let sandbox = run_sandbox(&env).await;
+    match &sandbox {
+        Ok(id) => eprintln!(
+            "[{:>5.1}s] pod sandbox {id} ran with handler {SHIM}",
+            secs(t0)
+        ),
+        Err(e) => eprintln!("[{:>5.1}s] pod sandbox FAILED: {e}", secs(t0)),
+    }
+
+    // --- 7. the Shim goes: label, RuntimeClass, finalizer, config bytes -----------------------
+    shims
+        .delete(SHIM, &DeleteParams::default())
+        .await
+        .expect("delete the Shim");
+    eventually(CONVERGE_SECS, "the label to go", || async {
+        label(&admin, &name).await.is_none().then_some(())
+    })
+    .await;
+    eventually(CONVERGE_SECS, "the RuntimeClass to go", || async {
+        rcs.get_opt(SHIM)
+            .await
+            .ok()
+            .is_some_and(|r| r.is_none())
+            .then_some(())
+    })
+    .await;
+    eventually(
+        CONVERGE_SECS,
+        "the Shim to go (finalizer removed)",
+        || async {
+            shims
+                .get_opt(SHIM)
+                .await
+                .ok()
+                .is_some_and(|s| s.is_none())
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(CONVERGE_SECS, "containerd's config bytes back", || async {
+        (env.config_files() == original).then_some(())
+    })
+    .await;
+    let cri = env.cri.clone();
+    eventually(CONVERGE_SECS, "CRI without the handler", || async {
+        let st = cri.status(Duration::from_secs(2)).await.ok()?;
+        (st.runtime_ready && !st.handlers.contains(&SHIM.to_string())).then_some(())
+    })
+    .await;
+    assert!(
+        !env.root.join("opt/shim-agent/shims").join(SHIM).exists(),
+        "the installed shim is removed"
+    );
+    eprintln!("[{:>5.1}s] uninstalled, config bytes back", secs(t0));
+
+    // --- 8. stop the agent and clean up (also on failure: Cleanup's Drop) -------------------
+    // It ran all along under the hardened unit (no crash, no restart) and stops cleanly.
+    let show = |props: &str| {
+        env.exec_ok(&["systemctl", "show", "--value", "-p", props, AGENT_UNIT])
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        (show("InvocationID"), show("NRestarts")),
+        (invocation.clone(), "0".to_string()),
+        "the agent ran without a restart"
+    );
+    env.exec_ok(&["systemctl", "stop", AGENT_UNIT]);
+    assert_eq!(
+        (show("Result"), show("ExecMainStatus")),
+        ("success".to_string(), "0".to_string()),
+        "the agent stops cleanly on SIGTERM"
+    );
+    drop(guard);
+    assert!(
+        Api::<KubeNode>::all(admin.clone())
+            .get_opt(&name)
+            .await
+            .expect("get the Node")
+            .is_none(),
+        "the Node object is deleted"
+    );
+    env.reset().await;
+    eprintln!("[{:>5.1}s] done", secs(t0));
+    if let Err(e) = sandbox {
+        panic!("step 6: no pod sandbox with handler {SHIM}: {e}");
+    }
+}
+
+/// RunPodSandbox with the handler and host network; it must be ready, listed with the handler,
+/// run by the installed shim binary, and go away on stop + remove. The sandbox's ID, or what
+/// went wrong (with containerd's last words).
+async fn run_sandbox(env: &NodeEnv) -> Result<String, String> {
+    let containerd_log = || {
+        let out = env.exec(&[
+            "journalctl",
+            "-u",
+            UNIT,
+            "--no-pager",
+            "-n",
+            "5",
+            "-o",
+            "cat",
+        ]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let id = env
+        .cri
+        .run_pod_sandbox(sandbox_config(), SHIM, CRI_CALL)
+        .await
+        .map_err(|e| {
+            format!(
+                "RunPodSandbox with handler {SHIM}: {}\ncontainerd:\n{}",
+                node_env::chain(&e),
+                containerd_log()
+            )
+        })?;
+    let checked = check_sandbox(env, &id).await;
+    let stopped = env.cri.stop_pod_sandbox(&id, CRI_CALL).await;
+    let removed = env.cri.remove_pod_sandbox(&id, CRI_CALL).await;
+    checked?;
+    stopped.map_err(|e| format!("StopPodSandbox: {}", node_env::chain(&e)))?;
+    removed.map_err(|e| format!("RemovePodSandbox: {}", node_env::chain(&e)))?;
+    let listed = env
+        .cri
+        .list_pod_sandboxes(CRI_CALL)
+        .await
+        .map_err(|e| format!("ListPodSandbox: {}", node_env::chain(&e)))?;
+    if listed.iter().any(|s| s.id == id) {
+        return Err(format!("sandbox {id} still listed after RemovePodSandbox"));
+    }
+    Ok(id)
+}
+
+async fn check_sandbox(env: &NodeEnv, id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("RunPodSandbox returned an empty id".into());
+    }
+    let status = env
+        .cri
+        .pod_sandbox_status(id, CRI_CALL)
+        .await
+        .map_err(|e| format!("PodSandboxStatus: {}", node_env::chain(&e)))?;
+    if status.status.as_ref().map(|s| s.state) != Some(proto::SANDBOX_READY) {
+        return Err(format!("the sandbox is not ready: {status:?}"));
+    }
+    // containerd's verbose info names the handler (1.x `runtimeHandler`, 2.x the sandbox
+    // metadata's `RuntimeHandler`) and the runtime type it maps to: the installed shim
+    let raw = status.info.get("info").cloned().unwrap_or_default();
+    let info: serde_json::Value = serde_json::from_str(&raw)
+        .map_err(|e| format!("the sandbox's verbose info is not JSON ({e}): {raw}"))?;
+    let handler = info
+        .get("runtimeHandler")
+        .or_else(|| info.pointer("/sandboxMetadata/Metadata/RuntimeHandler"))
+        .and_then(|h| h.as_str());
+    let runtime_type = info.get("runtimeType").and_then(|t| t.as_str());
+    let prefix = format!("/opt/shim-agent/shims/{SHIM}/");
+    if handler != Some(SHIM) || !runtime_type.is_some_and(|t| t.starts_with(&prefix)) {
+        return Err(format!(
+            "the sandbox's runtime handler is not {SHIM} with the installed shim \
+             (handler {handler:?}, runtime type {runtime_type:?}): {raw}"
+        ));
+    }
+    let listed = env
+        .cri
+        .list_pod_sandboxes(CRI_CALL)
+        .await
+        .map_err(|e| format!("ListPodSandbox: {}", node_env::chain(&e)))?;
+    match listed.iter().find(|s| s.id == id) {
+        Some(s) if s.state == proto::SANDBOX_READY && s.runtime_handler == SHIM => {}
+        other => return Err(format!("ListPodSandbox shows {other:?}")),
+    }
+    // the installed shim binary itself serves the sandbox
+    let ps = env.exec_ok(&["ps", "-eo", "args"]);
+    let prefix = format!("/opt/shim-agent/shims/{SHIM}/");
+    if !ps
+        .lines()
+        .any(|l| l.starts_with(&prefix) && l.contains("/containerd-shim-demo-v2 "))
+    {
+        return Err(format!(
+            "no {prefix}.../containerd-shim-demo-v2 process:\n{ps}"
+        ));
+    }
+    Ok(())
+}
+
+fn secs(t0: Instant) -> f64 {
+    t0.elapsed().as_secs_f64()
+}
+
+/// The demo Shim, selecting the test's Node. Without `runtime.options`: containerd 1.x's CRI
+/// hands a handler whose runtime type is not `io.containerd.runc.v*` its options as
+/// `runtimeoptions.v1.Options`, which the runc shim (the demo artifact) cannot decode ("type with
+/// url runtimeoptions.v1.Options: not found"), so `BinaryName` would make every pod fail; the
+/// runc shim finds /usr/sbin/runc on its PATH anyway.
+fn shim_yaml(url: &str, sha: &str) -> String {
+    format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {SHIM}}}\nspec:\n  nodeSelector: {{{}: {}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {SHIM}}}\n",
+        SELECTOR.0, SELECTOR.1
+    )
+}
+
+/// A host-network pod sandbox, as the kubelet asks for a `hostNetwork: true` pod.
+fn sandbox_config() -> proto::PodSandboxConfig {
+    proto::PodSandboxConfig {
+        metadata: Some(proto::PodSandboxMetadata {
+            name: "node-kube-sandbox".into(),
+            uid: "6b1f4a4e-node-kube-sandbox".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        linux: Some(proto::LinuxPodSandboxConfig {
+            cgroup_parent: String::new(),
+            security_context: Some(proto::LinuxSandboxSecurityContext {
+                namespace_options: Some(proto::NamespaceOption {
+                    network: proto::NAMESPACE_NODE,
+                    pid: proto::NAMESPACE_POD,
+                    ipc: proto::NAMESPACE_POD,
+                }),
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
+async fn label(admin: &Client, node: &str) -> Option<String> {
+    Api::<KubeNode>::all(admin.clone())
+        .get_opt(node)
+        .await
+        .ok()
+        .flatten()?
+        .labels()
+        .get(&node_label(SHIM))
+        .cloned()
+}
+
+/// Write a file (creating its directory) with this mode.
+fn write(path: &Path, bytes: &[u8], mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("create a directory in the node");
+    }
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+}
+
+/// The sandbox image containerd names (1.x `sandbox_image`, 2.x `pinned_images.sandbox`),
+/// built from the kube env's minimal `pause` and imported: the node has no registry.
+fn import_sandbox_image(env: &NodeEnv, kube: &KubeEnv) {
+    let dump = env.exec_ok(&["containerd", "config", "dump"]);
+    let key = if env.containerd.is_2x() {
+        "sandbox"
+    } else {
+        "sandbox_image"
+    };
+    let name = dump
+        .lines()
+        .find_map(|l| {
+            let v = l.trim().strip_prefix(key)?.trim_start();
+            Some(
+                v.strip_prefix('=')?
+                    .trim()
+                    .trim_matches(['"', '\''])
+                    .to_string(),
+            )
+        })
+        .unwrap_or_else(|| panic!("{key} in `containerd config dump`"));
+    let pause = pause_binary(kube);
+    let bytes = std::fs::read(&pause).expect("read the pause binary");
+    env.import_image(&oci_image(&name, &[("/pause", &bytes, 0o755)], &["/pause"]));
+}
+
+/// The kube env's `pause` (unpacked by its `assets.sh` beside kubectl).
+fn pause_binary(kube: &KubeEnv) -> PathBuf {
+    let pause = kube.kubectl.with_file_name("pause");
+    if !pause.is_file() {
+        let out = std::process::Command::new(kube.dir.join("assets.sh"))
+            .output()
+            .expect("run the kube env's assets.sh");
+        assert!(
+            out.status.success(),
+            "assets.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(pause.is_file(), "no pause binary at {}", pause.display());
+    pause
+}
+
+/// Everything the test adds to the node and the cluster, taken away on drop (also when the
+/// test fails, after printing the agent's journal).
+struct Cleanup<'a> {
+    env: &'a NodeEnv,
+    kube: &'a KubeEnv,
+    node: String,
+    /// containerd's image references before the test imported the sandbox image.
+    images_before: Option<Vec<String>>,
+}
+
+impl Cleanup<'_> {
+    fn agent_journal(&self) -> String {
+        let out = self
+            .env
+            .exec(&["journalctl", "-u", AGENT_UNIT, "--no-pager", "-o", "cat"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// What an earlier, interrupted run may have left: a running agent, the Shim with its
+    /// finalizer, the RuntimeClass, the agent's files.
+    fn remove_leftovers(&self) {
+        let _ = self.env.exec(&["systemctl", "stop", AGENT_UNIT]);
+        self.remove_cluster_objects();
+        self.remove_files();
+    }
+
+    fn remove_cluster_objects(&self) {
+        let k = |args: &[&str]| {
+            let _ = self.kube.kubectl(args);
+        };
+        k(&["delete", "shim", SHIM, "--ignore-not-found", "--wait=false"]);
+        k(&[
+            "patch",
+            "shim",
+            SHIM,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+        k(&["delete", "runtimeclass", SHIM, "--ignore-not-found"]);
+    }
+
+    fn remove_files(&self) {
+        let root = &self.env.root;
+        for f in [
+            AGENT_BIN,
+            "etc/systemd/system/shim-agent.service",
+            "etc/kubernetes/kubelet.conf",
+            "usr/lib/tmpfiles.d/shim-agent.conf",
+        ] {
+            let _ = std::fs::remove_file(root.join(f));
+        }
+        for d in [
+            "etc/shim-agent",
+            "opt/shim-agent",
+            "var/lib/shim-agent",
+            ARTIFACT_DIR,
+        ] {
+            let _ = std::fs::remove_dir_all(root.join(d));
+        }
+        let _ = std::fs::remove_dir(root.join("etc/kubernetes"));
+    }
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "==== journalctl -u {AGENT_UNIT} (in the node) ====\n{}",
+                self.agent_journal()
+            );
+            let out = self.env.exec(&[
+                "journalctl",
+                "-u",
+                UNIT,
+                "--no-pager",
+                "-n",
+                "40",
+                "-o",
+                "cat",
+            ]);
+            eprintln!(
+                "==== journalctl -u {UNIT} -n 40 ====\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        let _ = self.env.exec(&["systemctl", "stop", AGENT_UNIT]);
+        self.remove_cluster_objects();
+        self.remove_files();
+        let _ = self.env.exec(&["systemctl", "daemon-reload"]);
+        if let Some(before) = &self.images_before {
+            let added: Vec<String> = self
+                .env
+                .image_refs()
+                .into_iter()
+                .filter(|r| !before.contains(r))
+                .collect();
+            self.env.remove_images(&added);
+        }
+        let _ = self
+            .kube
+            .kubectl(&["delete", "node", &self.node, "--ignore-not-found"]);
+    }
+}
