@@ -72,7 +72,9 @@ async fn setup(test: &str, shims: &[&str]) -> Option<Setup> {
     // slots): the operator gave it a coordinator identity, as a node's own credential carries
     // no cluster-wide verbs
     write(
-        &s.env.root.join(COORDINATOR_KUBECONFIG.trim_start_matches('/')),
+        &s.env
+            .root
+            .join(COORDINATOR_KUBECONFIG.trim_start_matches('/')),
         &std::fs::read(s.kube.coordinator_identity()).expect("the coordinator identity"),
         0o600,
     );
