@@ -33,8 +33,7 @@ pub const GROUP: &str = "containerd.x-k8s.io";
 pub const STATE_ANNOTATION: &str = "containerd.x-k8s.io/shim-state";
 /// Finalizer the coordinator puts on every Shim, removed once every node is clean.
 pub const FINALIZER: &str = "containerd.x-k8s.io/cleanup";
-/// Namespace of the Leases.
-pub const NAMESPACE: &str = "shim-agent-system";
+pub use crate::api::lease::NAMESPACE;
 /// The coordinator's Lease in [`NAMESPACE`].
 pub const COORDINATOR_LEASE: &str = "shim-agent-coordinator";
 /// Field manager of every write.
