@@ -23,7 +23,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
-use super::FIELD_MANAGER;
+use super::names::FIELD_MANAGER;
 use crate::state::{NodeState, StateStore};
 use crate::statics::adopt_pending;
 use crate::txn::{HealthCheck, Node, Restarter};

@@ -24,10 +24,10 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
+use super::names::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
 use super::nodestate::parse_states;
 use super::slots::SLOT_SHIM_LABEL;
 use super::watch::{Tasks, spawn_reflector};
-use super::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
 use election::{LeaseLock, Timings, lead};
 use slot_writes::Rollout;
 use status::NodeView;

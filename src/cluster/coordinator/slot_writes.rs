@@ -15,8 +15,8 @@ use kube::{Api, Client, ResourceExt};
 use super::status::{NodeView, with_rollout};
 use crate::api::lease::ShimLease;
 use crate::api::{Shim, ShimStatus};
-use crate::cluster::NAMESPACE;
 use crate::cluster::lease_edits;
+use crate::cluster::names::NAMESPACE;
 use crate::cluster::slots::{
     Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
     slot_name, slot_of,

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{Condition, NodeCounts, RolloutStatus, Shim, ShimStatus};
-use crate::cluster::node_label;
+use crate::cluster::names::node_label;
 use crate::cluster::nodestate::{NodePhase, NodeStates};
 use crate::cluster::slots::{Limits, RESUME_ANNOTATION, Slot};
 use crate::cluster::target::targets;
