@@ -25,8 +25,6 @@ pub mod slots;
 pub mod target;
 pub mod watch;
 
-pub use agent::gate;
-pub use coordinator::{election, status};
 pub use names::{
     CONTROL_PLANE_LABEL, COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, GROUP, MANAGED_BY_LABEL,
     NAMESPACE, STATE_ANNOTATION, node_label,

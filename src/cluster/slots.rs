@@ -1,6 +1,6 @@
 //! Rollout slots (docs/design.md §5), the pure part: how many slots a Shim gets, what the
 //! coordinator does to its slot Leases, when a rollout halts, and which slots a waiting node
-//! watches. No I/O; the Lease writes are in [`super::gate`] (agents) and the coordinator.
+//! watches. No I/O; the Lease writes are in [`super::agent::gate`] (agents) and the coordinator.
 //!
 //! # Rules
 //! - A node needs a slot of a Shim for every containerd restart that Shim's change causes.
