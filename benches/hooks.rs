@@ -1,5 +1,5 @@
 //! Lifecycle hooks' cost (needs the kube env):
-//! 1. per restart: the node's gate (`HookGate` around a gate that always has a slot) with one
+//! 1. per restart: the node's gate (`NodeHooks` around a gate that always has a slot) with one
 //!    ShimExtension answering `BeforeNodeRestart` with Success over HTTPS on loopback at once,
 //!    against the same gate with no extension for the Shim. The extensions come from a real
 //!    watch of the API server; Events go to it too.
@@ -20,7 +20,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use shim_agent::api::extension::ShimExtension;
 use shim_agent::hooks::wire::{ChangeKind, ShimChange};
-use shim_agent::hooks::{HookGate, Hooks, Report};
+use shim_agent::hooks::{Hooks, NodeHooks, Report};
 use shim_agent::txn::{Gate, Ungated};
 use support::fleet::{FleetConfig, run_fleet};
 use support::hookserver::{HookServer, success};
@@ -110,7 +110,7 @@ async fn per_restart(env: &support::kube::KubeEnv, calls: usize) {
         let cluster = vec![shim_with(label)];
         let mut took = Vec::new();
         for i in 0..calls + 20 {
-            let gate = HookGate::new(
+            let gate = NodeHooks::new(
                 Ungated,
                 hooks.clone(),
                 "bench-hooks-node",

@@ -29,12 +29,16 @@ use shim_agent::txn::{HealthCheck, Node, Restarter};
 /// Stands for containerd: nothing restarts; the state directory is where the bench put it.
 struct Bench(Option<PathBuf>);
 impl Restarter for Bench {
-    async fn restart(&self, _unit: &str) -> Result<(), String> {
+    async fn restart(&self, _unit: &str) -> Result<(), shim_agent::node::NodeError> {
         Ok(())
     }
 }
 impl HealthCheck for Bench {
-    async fn verify(&self, _present: &[String], _absent: &[String]) -> Result<(), String> {
+    async fn verify(
+        &self,
+        _present: &[String],
+        _absent: &[String],
+    ) -> Result<(), shim_agent::node::NodeError> {
         Ok(())
     }
     fn socket_dir(&self) -> Option<PathBuf> {

@@ -19,12 +19,16 @@ use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
 
 struct Instant0;
 impl Restarter for Instant0 {
-    async fn restart(&self, _unit: &str) -> Result<(), String> {
+    async fn restart(&self, _unit: &str) -> Result<(), shim_agent::node::NodeError> {
         Ok(())
     }
 }
 impl HealthCheck for Instant0 {
-    async fn verify(&self, _present: &[String], _absent: &[String]) -> Result<(), String> {
+    async fn verify(
+        &self,
+        _present: &[String],
+        _absent: &[String],
+    ) -> Result<(), shim_agent::node::NodeError> {
         Ok(())
     }
 }

@@ -8,6 +8,8 @@
 //! - [`settings`]: the agent's own configuration (`/etc/shim-agent/config.toml`);
 //! - [`node`]: the real edges of a node transaction: systemd over D-Bus, containerd's CRI;
 //! - [`txn`]: the one transaction engine, for a live node and an image root;
+//! - [`statics`]: static Shims, adoption and file watching (both run modes);
+//!   [`daemon`]: `run` without a cluster;
 //! - [`cluster`]: the Kubernetes daemon; [`cli`]: what the commands do;
 //! - [`telemetry`]: journal message ids, metrics and the status line the core records;
 //!   [`service`]: the systemd service around `run` (notify, signals, reload, logs, metrics);
@@ -34,6 +36,7 @@ pub mod retry;
 pub mod service;
 pub mod settings;
 pub mod state;
+pub mod statics;
 pub mod telemetry;
 pub mod text;
 pub mod txn;

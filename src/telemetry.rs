@@ -59,6 +59,12 @@ struct HookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    step: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShimLabels {
     shim: String,
 }
@@ -80,6 +86,7 @@ pub struct Metrics {
     shims_installed: Gauge,
     retained_versions: Family<ShimLabels, Gauge>,
     retained_tasks: Family<ShimLabels, Gauge>,
+    coordinator_errors: Family<StepLabels, Counter>,
     hook_calls: Family<HookLabels, Counter>,
     hook_seconds: Family<HookNameLabels, Histogram>,
 }
@@ -147,6 +154,12 @@ impl Metrics {
             "containerd tasks that run through a retained shim version (why it is kept), by Shim",
             retained_tasks.clone(),
         );
+        let coordinator_errors = Family::<StepLabels, Counter>::default();
+        registry.register(
+            "coordinator_errors",
+            "Coordinator writes that failed, by step (finalizer, runtime_class, status) and reason (Conflict, NotFound, Forbidden, Invalid, Unavailable, Other)",
+            coordinator_errors.clone(),
+        );
         let hook_calls = Family::<HookLabels, Counter>::default();
         registry.register(
             "hook_calls",
@@ -173,6 +186,7 @@ impl Metrics {
             shims_installed,
             retained_versions,
             retained_tasks,
+            coordinator_errors,
         }
     }
 
@@ -207,6 +221,14 @@ pub fn retained(versions: &[(String, usize)]) {
             .get_or_create(&labels)
             .inc_by(i64::try_from(*tasks).unwrap_or(i64::MAX));
     }
+}
+
+/// A coordinator write failed.
+pub fn coordinator_error(step: &'static str, reason: &'static str) {
+    metrics()
+        .coordinator_errors
+        .get_or_create(&StepLabels { step, reason })
+        .inc();
 }
 
 /// A transaction ended (`kind`: install, upgrade, uninstall; `result`: committed,

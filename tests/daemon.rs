@@ -3,8 +3,9 @@
 
 mod support;
 
-use shim_agent::daemon::{adopt_pending, read_static_shims, reconcile_once, static_changes};
+use shim_agent::daemon::reconcile_once;
 use shim_agent::state::{Origin, ShimState, StateStore};
+use shim_agent::statics::{adopt_pending, read_static_shims, static_changes};
 use shim_agent::txn::Change;
 use support::live::*;
 

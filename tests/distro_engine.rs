@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 
 use shim_agent::containerd::template::BASE_LINE;
 use shim_agent::hostroot::HostRoot;
+use shim_agent::node::NodeError;
 use shim_agent::profile;
 use shim_agent::state::Origin;
 use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
@@ -134,10 +135,10 @@ fn handlers(file: &[u8]) -> Result<BTreeSet<String>, String> {
 }
 
 impl Restarter for &FakeK3s {
-    async fn restart(&self, unit: &str) -> Result<(), String> {
+    async fn restart(&self, unit: &str) -> Result<(), NodeError> {
         self.restarts.borrow_mut().push(unit.to_string());
         if self.fail_restarts.contains(&self.restarts.borrow().len()) {
-            return Err(format!("unit {unit}: job result 'failed'"));
+            return Err(support::live::restart_failed(unit));
         }
         let rendered = match self.template() {
             Some(t) => String::from_utf8_lossy(&t)
@@ -150,20 +151,30 @@ impl Restarter for &FakeK3s {
             &rendered,
         )
         .unwrap();
-        self.serving.replace(self.handlers(&rendered)?);
+        // containerd does not start on a config it cannot read
+        let served = self
+            .handlers(&rendered)
+            .map_err(|_| support::live::restart_failed(unit))?;
+        self.serving.replace(served);
         Ok(())
     }
 }
 
 impl HealthCheck for &FakeK3s {
-    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), NodeError> {
         let s = self.serving.borrow();
         match (
             present.iter().find(|h| !s.contains(*h)),
             absent.iter().find(|h| s.contains(*h)),
         ) {
             (None, None) => Ok(()),
-            (missing, still) => Err(format!("missing {missing:?}, still served {still:?}")),
+            (Some(missing), _) => Err(NodeError::HandlerMissing {
+                handler: missing.clone(),
+                present: s.iter().cloned().collect(),
+            }),
+            (None, Some(still)) => Err(NodeError::HandlerStillServed {
+                handlers: vec![still.clone()],
+            }),
         }
     }
 }

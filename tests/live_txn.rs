@@ -72,7 +72,9 @@ fn a_failed_restart_rolls_back_to_the_original_bytes() {
         block(node(&w, &f).apply(vec![shim(&w, "spin", "1")])).unwrap_err()
     );
     assert!(
-        e.contains("job result 'failed'") && e.contains("rolled back"),
+        e.contains("job result `failed`")
+            && e.contains("[RestartFailed]")
+            && e.contains("rolled back"),
         "{e}"
     );
     assert_eq!(config(&w), w.original);

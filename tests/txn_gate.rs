@@ -6,6 +6,9 @@ mod support;
 
 use std::cell::RefCell;
 
+use shim_agent::state::Phase;
+use shim_agent::txn::TxnError;
+use shim_agent::txn::error::GateError;
 use shim_agent::txn::{Change, Gate};
 use support::live::*;
 
@@ -19,22 +22,25 @@ struct FakeGate {
 }
 
 impl Gate for FakeGate {
-    async fn acquire(&self, shims: &[String]) -> Result<(), String> {
+    async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
         self.calls
             .borrow_mut()
             .push(format!("acquire {}", shims.join(",")));
         if self.refuse_acquire {
-            return Err("the rollout is halted".into());
+            return Err(GateError::SlotUnavailable("the rollout is halted".into()));
         }
         Ok(())
     }
-    async fn renew(&self) -> Result<(), String> {
+    async fn renew(&self) -> Result<(), GateError> {
         self.calls.borrow_mut().push("renew".into());
         if self.hang_renew {
             std::future::pending::<()>().await;
         }
         if self.refuse_renew {
-            return Err("409 Conflict: the slot changed".into());
+            return Err(GateError::SlotLost {
+                slot: "spin-0".into(),
+                me: "node-a".into(),
+            });
         }
         Ok(())
     }
@@ -154,6 +160,66 @@ fn a_failed_transaction_keeps_its_slot_marked_with_the_reason() {
         "{calls:?}"
     );
     assert_eq!(calls.len(), 3, "never released");
+}
+
+/// The typed outcome of a failed transaction, as callers read it (never from its text).
+fn outcome(e: &anyhow::Error) -> (&'static str, Option<Phase>, Option<&'static str>) {
+    let t = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<TxnError>())
+        .expect("a TxnError in the chain");
+    (t.reason(), t.phase, t.cause)
+}
+
+#[test]
+fn a_failure_says_its_reason_the_phase_it_reached_and_the_ports_typed_cause() {
+    use Phase::*;
+    let w = world();
+    let no_slot = FakeGate {
+        refuse_acquire: true,
+        ..Default::default()
+    };
+    let e = apply(&w, &fake(&w), &no_slot, vec![shim(&w, "spin", "1")]).unwrap_err();
+    assert_eq!(
+        outcome(&e),
+        ("NoSlot", Some(Fetched), Some("SlotUnavailable"))
+    );
+
+    let w = world();
+    let lost = FakeGate {
+        refuse_renew: true,
+        ..Default::default()
+    };
+    let e = apply(&w, &fake(&w), &lost, vec![shim(&w, "spin", "1")]).unwrap_err();
+    assert_eq!(outcome(&e), ("RolledBack", Some(Applied), Some("SlotLost")));
+
+    let w = world();
+    let mut f = fake(&w);
+    f.fail_restarts = vec![1];
+    let e = apply(&w, &f, &FakeGate::default(), vec![shim(&w, "spin", "1")]).unwrap_err();
+    assert_eq!(
+        outcome(&e),
+        ("RolledBack", Some(Applied), Some("RestartFailed"))
+    );
+
+    let w = world();
+    let mut f = fake(&w);
+    f.fail_verifies = vec![1];
+    let e = apply(&w, &f, &FakeGate::default(), vec![shim(&w, "spin", "1")]).unwrap_err();
+    assert_eq!(
+        outcome(&e),
+        ("RolledBack", Some(Restarted), Some("CriUnavailable"))
+    );
+
+    // a rollback that fails too: Broken, still naming what failed first
+    let w = world();
+    let mut f = fake(&w);
+    f.fail_verifies = vec![1, 2];
+    let e = apply(&w, &f, &FakeGate::default(), vec![shim(&w, "spin", "1")]).unwrap_err();
+    assert_eq!(
+        outcome(&e),
+        ("Broken", Some(Restarted), Some("CriUnavailable"))
+    );
 }
 
 /// A journal left at Applied (config written, containerd not yet restarted): the agent was

@@ -6,10 +6,10 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::{mpsc, watch as tokio_watch};
 
+use super::agent::gate::GateTimings;
 use super::agent::{Agent, Exit};
 use super::connect::{self, CredentialWatch, Source};
 use super::coordinator::{self, CoordinatorConfig};
-use super::gate::GateTimings;
 use crate::txn::{HealthCheck, Node, Restarter};
 
 /// Settings of a cluster session.
@@ -44,7 +44,7 @@ impl SessionConfig {
             coordinator_source: (!coordinator.is_empty())
                 .then(|| Source::Kubeconfig(coordinator.into())),
             coordinator: CoordinatorConfig {
-                timings: super::election::Timings {
+                timings: super::coordinator::election::Timings {
                     lease_duration: secs(k.lease_duration_secs),
                     renew_deadline: secs(k.renew_deadline_secs),
                     retry_period: secs(k.retry_period_secs),
@@ -70,7 +70,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     // The journal is recovered once the client exists: a restart then needs its rollout slot.
     let (store, mut state) = node.open_unrecovered()?;
     let (files_tx, mut files) = mpsc::channel::<()>(16);
-    let _watcher = crate::daemon::watch(&crate::daemon::watched_paths(node), files_tx)?;
+    let _watcher = crate::statics::watch(&crate::statics::watched_paths(node), files_tx)?;
     let mut credentials = CredentialWatch::new(config.source.clone());
     let mut coordinator_credentials = config.coordinator_source.clone().map(CredentialWatch::new);
     loop {
@@ -151,13 +151,18 @@ async fn recover<R: Restarter, H: HealthCheck>(
         .and_then(|n| n.metadata.uid)
         .unwrap_or_default();
     let statics = match node.root.resolve(&node.settings.paths.static_shims_dir) {
-        Ok(dir) => crate::daemon::read_static_shims(&dir).0,
+        Ok(dir) => crate::statics::read_static_shims(&dir).0,
         Err(_) => Vec::new(),
     };
-    let gate =
-        super::gate::SlotGate::new(client.clone(), &config.node_name, &uid, &shims, config.gate)
-            .until(shutdown.clone())
-            .except(statics.iter().map(|s| s.name().to_string()));
+    let gate = super::agent::gate::SlotGate::new(
+        client.clone(),
+        &config.node_name,
+        &uid,
+        &shims,
+        config.gate,
+    )
+    .until(shutdown.clone())
+    .except(statics.iter().map(|s| s.name().to_string()));
     node.recover_gated(store, state, &gate).await
 }
 

@@ -1,6 +1,6 @@
 //! Rollout slots (docs/design.md §5), the pure part: how many slots a Shim gets, what the
 //! coordinator does to its slot Leases, when a rollout halts, and which slots a waiting node
-//! watches. No I/O; the Lease writes are in [`super::gate`] (agents) and the coordinator.
+//! watches. No I/O; the Lease writes are in [`super::agent::gate`] (agents) and the coordinator.
 //!
 //! # Rules
 //! - A node needs a slot of a Shim for every containerd restart that Shim's change causes.
@@ -96,13 +96,57 @@ pub struct Failure {
     pub reason: String,
 }
 
+/// Why nobody may take a slot now (its close mark, which outlives a release).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// Above N: deleted once free.
+    Retired,
+    /// The rollout halted (failures beyond maxFailures, or an extension's refusal).
+    Halted,
+    /// More nodes hold slots than N allows (N shrank): kept closed until the holders fit.
+    Budget,
+    /// A mark this build does not know (a newer coordinator's): closed all the same.
+    Unknown,
+}
+
+impl Closed {
+    /// The mark's wire text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Closed::Retired => "retired",
+            Closed::Halted => "halted",
+            Closed::Budget => "budget",
+            Closed::Unknown => "closed",
+        }
+    }
+}
+
+impl From<&str> for Closed {
+    fn from(s: &str) -> Closed {
+        match s {
+            "retired" => Closed::Retired,
+            "halted" => Closed::Halted,
+            "budget" => Closed::Budget,
+            _ => Closed::Unknown,
+        }
+    }
+}
+
+/// A mark reads as its wire text (`slot.closed.as_deref() == Some("retired")`).
+impl std::ops::Deref for Closed {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
 /// A slot Lease as the coordinator and agents read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slot {
     pub index: u32,
     pub holder: Option<String>,
     pub failed: Option<Failure>,
-    pub closed: Option<String>,
+    pub closed: Option<Closed>,
     /// N as the coordinator last stamped it (`None`: not stamped yet).
     pub count: Option<u32>,
     pub resource_version: String,
@@ -152,7 +196,9 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
         index,
         holder: lease.spec.holder_identity.clone().filter(|h| !h.is_empty()),
         failed,
-        closed: ann.and_then(|a| a.get(SLOT_CLOSED)).cloned(),
+        closed: ann
+            .and_then(|a| a.get(SLOT_CLOSED))
+            .map(|c| Closed::from(c.as_str())),
         count: ann
             .and_then(|a| a.get(SLOT_COUNT))
             .and_then(|c| c.parse().ok()),
@@ -204,7 +250,7 @@ pub fn halted(slots: &[Slot], limits: Limits, generation: i64, resume: &str) -> 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotAction {
     /// Create slot `index`, closed with this mark when `Some`.
-    Create { index: u32, closed: Option<String> },
+    Create { index: u32, closed: Option<Closed> },
     /// Delete a free slot above the bound.
     Delete {
         index: u32,
@@ -213,7 +259,7 @@ pub enum SlotAction {
     /// Set (Some) or clear (None) the close mark.
     Mark {
         index: u32,
-        closed: Option<String>,
+        closed: Option<Closed>,
         resource_version: String,
     },
     /// Empty the holder (a deleted Node, or a stale holder) and clear its failure.
@@ -247,7 +293,48 @@ pub fn plan_slots(
     }
     let free = |s: &Slot| s.is_free() || freed.contains(&s.index);
     let n = limits.slots.unwrap_or(0);
-    // Above the bound (or no limit at all): retire.
+    retire_above(n, slots, &free, &freed, &mut out);
+    let held = slots.iter().filter(|s| !free(s)).count() as u32;
+    let mut open = Opening {
+        budget: if halted { 0 } else { n.saturating_sub(held) },
+        halted,
+    };
+    for index in 0..n {
+        match slots.iter().find(|s| s.index == index) {
+            None => out.push(SlotAction::Create {
+                index,
+                closed: open.next(),
+            }),
+            // Freed this round: its new resourceVersion is not known yet; next round marks it.
+            Some(s) if freed.contains(&s.index) => {}
+            Some(s) if free(s) => mark(s, open.next(), &mut out),
+            // Held: the holder finishes whatever the mark says, but the mark decides whether
+            // the slot is open once released. Closed while halted, and while more nodes hold
+            // slots than N allows (after N shrank), so no release lets a new node in.
+            Some(s) => {
+                let closed = if halted {
+                    Some(Closed::Halted)
+                } else if held > n {
+                    Some(Closed::Budget)
+                } else {
+                    None
+                };
+                mark(s, closed, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// The slots at or above the bound N (or all, with no limit) are retired: deleted when free
+/// (and not freed this round), marked retired while held.
+fn retire_above(
+    n: u32,
+    slots: &[Slot],
+    free: &impl Fn(&Slot) -> bool,
+    freed: &BTreeSet<u32>,
+    out: &mut Vec<SlotAction>,
+) {
     for s in slots.iter().filter(|s| s.index >= n) {
         if free(s) {
             if !freed.contains(&s.index) {
@@ -256,66 +343,42 @@ pub fn plan_slots(
                     resource_version: s.resource_version.clone(),
                 });
             }
-        } else if s.closed.as_deref() != Some("retired") {
-            out.push(SlotAction::Mark {
-                index: s.index,
-                closed: Some("retired".into()),
-                resource_version: s.resource_version.clone(),
-            });
+        } else if s.closed != Some(Closed::Retired) {
+            mark(s, Some(Closed::Retired), out);
         }
     }
-    let held = slots.iter().filter(|s| !free(s)).count() as u32;
-    let mut budget = if halted { 0 } else { n.saturating_sub(held) };
-    for index in 0..n {
-        let want_open = |budget: &mut u32| {
-            if *budget > 0 {
-                *budget -= 1;
-                None
-            } else if halted {
-                Some("halted".to_string())
-            } else {
-                Some("budget".to_string())
-            }
-        };
-        match slots.iter().find(|s| s.index == index) {
-            None => out.push(SlotAction::Create {
-                index,
-                closed: want_open(&mut budget),
-            }),
-            // Freed this round: its new resourceVersion is not known yet; next round marks it.
-            Some(s) if freed.contains(&s.index) => {}
-            Some(s) if free(s) => {
-                let closed = want_open(&mut budget);
-                if closed != s.closed {
-                    out.push(SlotAction::Mark {
-                        index,
-                        closed,
-                        resource_version: s.resource_version.clone(),
-                    });
-                }
-            }
-            // Held: the holder finishes whatever the mark says, but the mark decides whether
-            // the slot is open once released. Closed while halted, and while more nodes hold
-            // slots than N allows (after N shrank), so no release lets a new node in.
-            Some(s) => {
-                let closed = if halted {
-                    Some("halted".to_string())
-                } else if held > n {
-                    Some("budget".to_string())
-                } else {
-                    None
-                };
-                if closed != s.closed {
-                    out.push(SlotAction::Mark {
-                        index,
-                        closed,
-                        resource_version: s.resource_version.clone(),
-                    });
-                }
-            }
+}
+
+/// How many free slots may open: the budget left, in slot order; the rest stay closed
+/// (halted, or over the budget).
+struct Opening {
+    budget: u32,
+    halted: bool,
+}
+
+impl Opening {
+    /// The close mark of the next free slot.
+    fn next(&mut self) -> Option<Closed> {
+        if self.budget > 0 {
+            self.budget -= 1;
+            None
+        } else if self.halted {
+            Some(Closed::Halted)
+        } else {
+            Some(Closed::Budget)
         }
     }
-    out
+}
+
+/// Mark `s` closed as `closed` says, unless it is already.
+fn mark(s: &Slot, closed: Option<Closed>, out: &mut Vec<SlotAction>) {
+    if closed != s.closed {
+        out.push(SlotAction::Mark {
+            index: s.index,
+            closed,
+            resource_version: s.resource_version.clone(),
+        });
+    }
 }
 
 /// Stamps of N on the kept slots (below N) that show another N and that `planned` does not

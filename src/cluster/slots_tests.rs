@@ -93,13 +93,13 @@ fn apply(slots: &mut Vec<Slot>, actions: &[SlotAction]) {
         match a {
             SlotAction::Create { index, closed } => {
                 let mut s = slot(*index, None);
-                s.closed = closed.clone();
+                s.closed = *closed;
                 slots.push(s);
             }
             SlotAction::Delete { index, .. } => slots.retain(|s| s.index != *index),
             SlotAction::Mark { index, closed, .. } => {
                 if let Some(s) = slots.iter_mut().find(|s| s.index == *index) {
-                    s.closed = closed.clone();
+                    s.closed = *closed;
                 }
             }
             SlotAction::Stamp { .. } => {}

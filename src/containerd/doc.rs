@@ -5,6 +5,14 @@
 //! newline, a key quoted two ways as EKS writes it), so edits are rendered by `toml_edit` and
 //! then spliced line by line into the original text: every line the edit did not touch keeps
 //! its original bytes, CRLF files stay CRLF, a missing final newline stays missing.
+//!
+//! # Decision
+//! **Bytes.** Edits are rendered by `toml_edit` and spliced line by line into the original
+//! text, so untouched lines keep their bytes even where `toml_edit` would normalise them (a key
+//! quoted two ways, CRLF, a missing final newline). Every edited file is re-parsed and must
+//! read back as the edited document, with the handler exactly as wanted, before the plan is
+//! returned. Idempotence compares parsed values, with unset = default (`options = {}`,
+//! `pod_annotations = []`, `privileged_without_host_devices = false`).
 
 use std::path::Path;
 

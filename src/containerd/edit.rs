@@ -17,27 +17,8 @@ use toml_edit::{DocumentMut, Item, Table};
 use super::error::ConfigError;
 use super::forms::{self, Style};
 use super::inline;
+use super::marks::{self, HANDLER_MARK, IMPORT_MARK, KEPT_MARK, Mark};
 use super::schema::{self, Version};
-
-/// Marker line prefix of a handler table added by the agent.
-pub const HANDLER_MARK: &str = "# shim-agent: handler ";
-/// Marker line prefix of a default runtime the agent made explicit.
-pub const KEPT_MARK: &str = "# shim-agent: default runtime kept for handler ";
-/// Marker line prefix of an `imports` key the agent created.
-pub const IMPORT_MARK: &str = "# shim-agent: imports added for drop-ins";
-/// The default runtime the agent makes explicit for containerd 1.x.
-pub const KEPT_RUNTIME: &str = "runc";
-
-/// Who added a handler, read from its marker comment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mark {
-    /// Not marked: user-defined.
-    None,
-    /// `# shim-agent: handler <h>`.
-    Handler(String),
-    /// `# shim-agent: default runtime kept for handler <h>`.
-    Kept(String),
-}
 
 /// Who added handler `name` of a document, whatever its form.
 pub fn handler_mark(doc: &DocumentMut, version: Version, name: &str) -> Mark {
@@ -166,7 +147,7 @@ pub fn insert_handler(
     match runtimes.get(name) {
         // Replace a header table where it stands, keeping its comments.
         Some(Item::Table(old)) => {
-            let old_prefix = forms::prefix_str(old.decor()).to_string();
+            let old_prefix = marks::prefix_str(old.decor()).to_string();
             let old_pos = old.position().unwrap_or(pos);
             let mut t = marked_table(table, &marker, old_pos);
             if !old_prefix.contains(&marker) {

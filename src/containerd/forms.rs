@@ -14,7 +14,7 @@
 //! - entry inside an inline table (a TOML 1.0 inline table is one line, no comment fits in
 //!   it): one comment line per handler (and per kept default runtime) before the line of the
 //!   outermost inline table, e.g. `# shim-agent: handler spin` above
-//!   `containerd = { runtimes = { runc = {...}, spin = {...} } }` ([`shared_mark`]).
+//!   `containerd = { runtimes = { runc = {...}, spin = {...} } }` ([`shared_mark`](super::marks::shared_mark)).
 //!
 //! Dotted and `<h> = { ... }` forms are edited here; entries inside inline tables in
 //! [`super::inline`].
@@ -23,9 +23,11 @@ use std::path::Path;
 
 use toml_edit::{DocumentMut, Item, Table, TableLike, Value};
 
-use super::edit::{HANDLER_MARK, KEPT_MARK, KEPT_RUNTIME, Mark};
 use super::error::ConfigError;
 use super::inline;
+use super::marks::{
+    Entry, HANDLER_MARK, Mark, add_marker_line, first_mark, prefix_str, shared_mark,
+};
 use super::schema::{self, Version};
 
 /// How a new handler is written, decided by the deepest table of the path that exists.
@@ -134,60 +136,6 @@ fn not_a_table(file: &Path, keys: &[&str], path: &[&str], item: &Item) -> Config
     }
 }
 
-/// The marks in a decor prefix, one per marker line.
-fn marks(prefix: &str) -> impl Iterator<Item = Mark> + '_ {
-    prefix.lines().filter_map(|line| {
-        let line = line.trim();
-        if let Some(h) = line.strip_prefix(HANDLER_MARK) {
-            Some(Mark::Handler(h.trim().to_string()))
-        } else {
-            line.strip_prefix(KEPT_MARK)
-                .map(|h| Mark::Kept(h.trim().to_string()))
-        }
-    })
-}
-
-/// The mark of a decor that belongs to one table or line only: its first marker line.
-pub fn first_mark(prefix: &str) -> Mark {
-    marks(prefix).next().unwrap_or(Mark::None)
-}
-
-/// The mark of entry `name` inside an inline table, read from the marker lines before the
-/// outermost inline table's line: a handler line naming it, else the kept default runtime.
-pub fn shared_mark(prefix: &str, name: &str) -> Mark {
-    let all: Vec<Mark> = marks(prefix).collect();
-    if all.contains(&Mark::Handler(name.to_string())) {
-        return Mark::Handler(name.to_string());
-    }
-    let kept = all.into_iter().find(|m| matches!(m, Mark::Kept(_)));
-    match kept {
-        Some(k) if name == KEPT_RUNTIME => k,
-        _ => Mark::None,
-    }
-}
-
-/// `prefix` with `marker` on its own line right before the line it decorates, indented like
-/// that line (after the user's own comments and blank lines).
-pub fn add_marker_line(prefix: &str, marker: &str) -> String {
-    let at = prefix.rfind('\n').map_or(0, |i| i + 1);
-    let (head, indent) = prefix.split_at_checked(at).unwrap_or((prefix, ""));
-    format!("{head}{indent}{marker}\n{indent}")
-}
-
-/// `prefix` without the lines `drop` selects (given trimmed); the inverse of
-/// [`add_marker_line`].
-pub fn drop_marker_lines(prefix: &str, drop: impl Fn(&str) -> bool) -> String {
-    prefix
-        .split_inclusive('\n')
-        .filter(|l| !(l.ends_with('\n') && drop(l.trim())))
-        .collect()
-}
-
-/// A decor prefix as text (`""` when unset).
-pub fn prefix_str(decor: &toml_edit::Decor) -> &str {
-    decor.prefix().and_then(|p| p.as_str()).unwrap_or("")
-}
-
 /// The whitespace that starts the line a prefix decorates.
 fn indent_of(prefix: &str) -> &str {
     let tail = prefix.rsplit('\n').next().unwrap_or("");
@@ -293,9 +241,6 @@ fn inline_item(t: Table) -> Item {
     Item::Value(Value::InlineTable(t.into_inline_table()))
 }
 
-/// An entry to add: name, table, marker line.
-pub type Entry<'a> = (&'a str, Table, String);
-
 /// Add `entries` (a kept default runtime first, then the handler) in a style other than
 /// [`Style::Header`].
 pub fn insert(
@@ -361,33 +306,6 @@ pub fn replace(doc: &mut DocumentMut, version: Version, name: &str, table: Table
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_marker_line_goes_right_before_the_line_and_comes_out_exactly() {
-        for prefix in ["", "  ", "\n", "\n# user\n    ", "# a\n# b\n\t"] {
-            let m = "# shim-agent: handler spin";
-            let with = add_marker_line(prefix, m);
-            assert!(
-                with.ends_with(&format!("{m}\n{}", indent_of(prefix))),
-                "{with:?}"
-            );
-            assert_eq!(first_mark(&with), Mark::Handler("spin".into()));
-            let two = add_marker_line(&with, "# shim-agent: handler wasm");
-            let back = drop_marker_lines(&two, |l| l == m);
-            assert_eq!(back, add_marker_line(prefix, "# shim-agent: handler wasm"));
-            assert_eq!(drop_marker_lines(&with, |l| l == m), prefix);
-        }
-    }
-
-    #[test]
-    fn an_entry_inside_an_inline_table_is_marked_by_name() {
-        let p = "# mine\n# shim-agent: default runtime kept for handler spin\n\
-                 # shim-agent: handler spin\n";
-        assert_eq!(shared_mark(p, "spin"), Mark::Handler("spin".into()));
-        assert_eq!(shared_mark(p, "runc"), Mark::Kept("spin".into()));
-        assert_eq!(shared_mark(p, "kata"), Mark::None);
-        assert_eq!(shared_mark("# mine\n", "runc"), Mark::None);
-    }
 
     #[test]
     fn the_mark_is_read_where_each_form_keeps_it() {

@@ -7,7 +7,7 @@
 //! inline table does not exist in TOML, so it goes away with its last entry, while a table the
 //! user wrote (`runtimes = {}`) stays. No comment fits inside a one-line inline table: the
 //! markers are comment lines before the line of the outermost inline table, one per handler
-//! and one for a kept default runtime ([`super::forms::shared_mark`]).
+//! and one for a kept default runtime ([`super::marks::shared_mark`]).
 //!
 //! Removal is byte-exact: the entry goes with its separator, the spacing before `}` (held by
 //! the last entry) goes back to the entry that is last again, dotted inline tables left empty
@@ -15,8 +15,10 @@
 
 use toml_edit::{InlineTable, Item, Table, Value};
 
-use super::edit::{HANDLER_MARK, KEPT_MARK, KEPT_RUNTIME, Mark};
-use super::forms::{Entry, add_marker_line, drop_marker_lines, prefix_str, shared_mark};
+use super::marks::{
+    Entry, HANDLER_MARK, KEPT_MARK, KEPT_RUNTIME, Mark, add_marker_line, drop_marker_lines,
+    prefix_str, shared_mark,
+};
 
 /// Index in `path` of the first segment that is an inline table (every earlier one is a table).
 pub fn first_inline(root: &Table, path: &[&str]) -> Option<usize> {

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use toml_edit::Item;
 
-use super::edit::{self, Mark};
+use super::edit;
 use super::error::ConfigError;
+use super::marks::Mark;
 use super::plan::{self, ConfigSet, dropin_file_name};
 use super::schema;
 

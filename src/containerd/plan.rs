@@ -1,12 +1,43 @@
 //! The pure planner: config bytes in, an ordered list of file changes out. No I/O.
+//!
+//! # Decisions
+//! **Default runtime kept (1.x).** containerd 1.x replaces its default runtimes map with the
+//! file's `runtimes` table, so for config versions 1 and 2 with no handler at all the agent
+//! also writes `runc` explicitly, as containerd 1.6/1.7 define it by default:
+//! `runtime_type = "io.containerd.runc.v2"` and no `options` table. Unset options are exactly
+//! containerd's default (`SystemdCgroup = false`); a file with no runtimes table states no
+//! per-runtime cgroup setting anywhere, so nothing else is copied. That table is marked
+//! `# shim-agent: default runtime kept for handler <h>` and removed with the last handler that
+//! needs it (`tests/containerd_real.rs` checks with a real containerd 1.6.20 `config dump`
+//! that every handler of every v1/v2 corpus file survives). Existing handlers (whatever `default_runtime_name` is: `nvidia`, `shimpei`, …)
+//! are never touched. Version 3/4 files are only read by 2.x, which deep-merges: no runc.
+//!
+//! **Drop-ins only for config version ≥ 3.** On 1.x a drop-in replaces whole plugin sections:
+//! a v2 drop-in holding only `runtimes.spin` would remove runc and every CRI setting of the
+//! main file. A version 1/2 file may be read by 1.x, so it is always edited in place (and an
+//! explicit drop-in dir is refused with `DropinUnsafe`). Version ≥ 3 implies containerd 2.x,
+//! which deep-merges drop-ins; the drop-in carries the main file's version (2.3 refuses a
+//! drop-in newer than its root). In `Auto` mode a drop-in is used when the main file already
+//! imports a directory glob (k0s `/etc/k0s/containerd.d/*.toml`, containerd 2.2+
+//! `/etc/containerd/conf.d/*.toml`, EKS `config.d`, and beside a k3s/rke2 rendered file
+//! that is never edited, `config-v3.toml.d`: `template`); with an explicit dir and no covering
+//! import, the exact file path is imported (created first, import removed first).
+//!
+//! **Refusals.** Templates (`{{`, `{%`, `+++` front matter, `${VAR}`), parse errors (line and
+//! column), unknown versions, read-only or generated layouts (Flatcar `/usr`, Talos
+//! `/etc/cri/`, Bottlerocket `shimpei`, k3s/rke2/microk8s generated files, k0s-managed file
+//! edited in place), a disabled CRI plugin, runtime tables under another version's plugin ID,
+//! a non-glob import whose file is missing (containerd would not start). Only drop-ins the
+//! main file imports count as definitions of a handler.
 
 use std::path::{Path, PathBuf};
 
 use toml_edit::Table;
 
 use super::doc::Doc;
-use super::edit::{self, Mark};
+use super::edit;
 use super::error::ConfigError;
+use super::marks::{self, Mark};
 use super::schema::{self, Version};
 use super::spec::{self, RuntimeSpec};
 
@@ -424,7 +455,7 @@ fn finish(f: &Analyzed, spec: &RuntimeSpec) -> Result<FileChange, ConfigError> {
 /// file has none, the default (runc) must be written explicitly next to the new handler.
 fn keep_default<'a>(main: &Analyzed, handler: &str) -> Option<&'a str> {
     let empty = edit::handler_names(&main.doc.doc, main.version).is_empty();
-    (main.version.0 <= 2 && empty && handler != edit::KEPT_RUNTIME).then_some(edit::KEPT_RUNTIME)
+    (main.version.0 <= 2 && empty && handler != marks::KEPT_RUNTIME).then_some(marks::KEPT_RUNTIME)
 }
 
 /// containerd's own default runc handler (1.6/1.7 `DefaultConfig`): only its runtime type. Its

@@ -157,6 +157,12 @@ pub enum NodeError {
         /// The handlers containerd listed.
         present: Vec<String>,
     },
+    /// The CRI is ready but still lists handlers that were removed.
+    #[error("containerd still serves removed handler(s) {}", .handlers.join(", "))]
+    HandlerStillServed {
+        /// The removed handlers it still lists.
+        handlers: Vec<String>,
+    },
     /// The verbose CRI info could not be read.
     #[error("cannot read containerd's verbose CRI info: {detail}")]
     CriInfo {
@@ -184,6 +190,7 @@ impl NodeError {
             NodeError::CriUnavailable { .. } => "CriUnavailable",
             NodeError::RuntimeNotReady { .. } => "RuntimeNotReady",
             NodeError::HandlerMissing { .. } => "HandlerMissing",
+            NodeError::HandlerStillServed { .. } => "HandlerStillServed",
             NodeError::CriInfo { .. } => "CriInfo",
             NodeError::Dbus { .. } => "Dbus",
         }

@@ -1,8 +1,13 @@
 //! The typed outcome of a failed transaction: a stable [`TxnReason`] (a condition's reason, a
-//! metric label, an Event's reason), the Shims it blames, and the message a person reads.
-//! Callers branch on the reason, never on the text.
+//! metric label, an Event's reason), the phase it failed in, the typed cause's reason (a port
+//! error's: [`crate::node::NodeError`] from the restart and the health check, [`GateError`]
+//! from the rollout gate), the Shims it blames, and the message a person reads. Callers branch
+//! on the reasons, never on the text.
 
 use thiserror::Error;
+
+use crate::node::NodeError;
+use crate::state::Phase;
 
 /// Why a transaction failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +43,11 @@ impl TxnReason {
 #[error("{message}")]
 pub struct TxnError {
     pub reason: TxnReason,
+    /// The last phase the journal reached before the failure (`None`: before the journal).
+    pub phase: Option<Phase>,
+    /// The stable reason of the step's own error (`RestartFailed`, `HandlerMissing`,
+    /// `SlotLost`, ...), when the step failed with a typed one.
+    pub cause: Option<&'static str>,
     /// The Shims the failure is known to come from; empty when it may come from any Shim
     /// of the batch.
     pub blamed: Vec<String>,
@@ -48,9 +58,23 @@ impl TxnError {
     pub fn new(reason: TxnReason, message: impl Into<String>) -> Self {
         TxnError {
             reason,
+            phase: None,
+            cause: None,
             blamed: Vec::new(),
             message: message.into(),
         }
+    }
+
+    /// Failed after the journal reached `phase`.
+    pub fn at(mut self, phase: Option<Phase>) -> Self {
+        self.phase = phase;
+        self
+    }
+
+    /// Caused by a step's typed error with this reason.
+    pub fn caused_by(mut self, cause: Option<&'static str>) -> Self {
+        self.cause = cause;
+        self
     }
 
     /// Blaming `shim`.
@@ -63,4 +87,97 @@ impl TxnError {
     pub fn reason(&self) -> &'static str {
         self.reason.as_str()
     }
+}
+
+/// Why a step of a transaction failed: its typed error's stable reason (when it had one) and
+/// the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepError {
+    pub reason: Option<&'static str>,
+    pub message: String,
+}
+
+impl StepError {
+    /// A step error with no typed cause (a file could not be written, ...).
+    pub fn text(message: impl Into<String>) -> Self {
+        StepError {
+            reason: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<&NodeError> for StepError {
+    fn from(e: &NodeError) -> Self {
+        StepError {
+            reason: Some(e.reason()),
+            message: format!("{e} [{}]", e.reason()),
+        }
+    }
+}
+
+impl From<NodeError> for StepError {
+    fn from(e: NodeError) -> Self {
+        StepError::from(&e)
+    }
+}
+
+/// Why the rollout gate said no: the restart may not happen (nothing on the host changed yet,
+/// or the files go back without a restart).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GateError {
+    /// The agent stops while it waits.
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+    /// A read or write of the slots failed (the API server refused it or is away).
+    #[error("{0}")]
+    SlotUnavailable(String),
+    /// The slot is held by another node now.
+    #[error("slot {slot} is no longer held by {me}")]
+    SlotLost { slot: String, me: String },
+    /// A `BeforeNodeRestart` extension refused the restart, or failed under policy `Fail`.
+    #[error("{0}")]
+    Refused(String),
+    /// The extensions could not be read, so whether one objects is not known.
+    #[error("{0}")]
+    ExtensionsUnknown(String),
+}
+
+impl GateError {
+    /// Stable machine-readable reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            GateError::ShuttingDown => "ShuttingDown",
+            GateError::SlotUnavailable(_) => "SlotUnavailable",
+            GateError::SlotLost { .. } => "SlotLost",
+            GateError::Refused(_) => "RefusedByExtension",
+            GateError::ExtensionsUnknown(_) => "ExtensionsUnknown",
+        }
+    }
+}
+
+/// The stable reason of a failed change: the first typed error in its chain (the
+/// transaction's, an artifact's or a containerd config's), else `TransactionFailed`. Callers
+/// branch on it and label metrics, conditions and Events with it; nobody parses the text.
+pub fn reason_of(e: &anyhow::Error) -> &'static str {
+    for cause in e.chain() {
+        if let Some(t) = cause.downcast_ref::<TxnError>() {
+            return t.reason();
+        }
+        if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
+            return a.reason();
+        }
+        if let Some(c) = cause.downcast_ref::<crate::containerd::ConfigError>() {
+            return c.reason();
+        }
+    }
+    "TransactionFailed"
+}
+
+/// The Shims a failed change blames (empty: any Shim of its batch).
+pub fn blamed_by(e: &anyhow::Error) -> Vec<String> {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<TxnError>())
+        .flat_map(|t| t.blamed.clone())
+        .collect()
 }

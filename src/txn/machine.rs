@@ -49,7 +49,9 @@ pub enum Event {
     Restarted,
     /// containerd serves every handler of the transaction through CRI.
     Verified,
-    /// Labels set, slot released, state recorded.
+    /// The new shim records, and the versions they replace (retained while tasks run through
+    /// them), are written to the state. Giving the rollout slot back and labelling the Node
+    /// come after the transaction, outside it.
     Committed,
     /// A step failed; `reason` says which and why.
     Failed { reason: String },

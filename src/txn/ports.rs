@@ -9,12 +9,14 @@
 
 use std::future::Future;
 
+use super::error::GateError;
+use crate::node::NodeError;
 use crate::state::ShimState;
 
 /// Restarts containerd's unit (systemd over D-Bus in production).
 pub trait Restarter {
     /// Restart `unit` and wait for the job; `Err` carries the unit and the job result.
-    fn restart(&self, unit: &str) -> impl Future<Output = Result<(), String>>;
+    fn restart(&self, unit: &str) -> impl Future<Output = Result<(), NodeError>>;
 }
 
 /// Asks containerd itself whether it serves the runtime handlers (CRI `Status`).
@@ -25,7 +27,7 @@ pub trait HealthCheck {
         &self,
         present: &[String],
         absent: &[String],
-    ) -> impl Future<Output = Result<(), String>>;
+    ) -> impl Future<Output = Result<(), NodeError>>;
 
     /// False when nothing can answer [`verify`](Self::verify) for real (an image root):
     /// shims are then recorded `pending-verification`, and an interrupted transaction is
@@ -57,7 +59,7 @@ pub trait HealthCheck {
 pub struct NoRestart;
 
 impl Restarter for NoRestart {
-    async fn restart(&self, _unit: &str) -> Result<(), String> {
+    async fn restart(&self, _unit: &str) -> Result<(), NodeError> {
         Ok(())
     }
 }
@@ -67,7 +69,7 @@ impl Restarter for NoRestart {
 pub struct DeferredVerification;
 
 impl HealthCheck for DeferredVerification {
-    async fn verify(&self, _present: &[String], _absent: &[String]) -> Result<(), String> {
+    async fn verify(&self, _present: &[String], _absent: &[String]) -> Result<(), NodeError> {
         Ok(())
     }
 
@@ -80,9 +82,9 @@ impl HealthCheck for DeferredVerification {
 /// containerd, held from before the host changes until the transaction ends.
 pub trait Gate {
     /// Wait for (or adopt) a slot of each of `shims`; `Err`: the restart may not happen.
-    fn acquire(&self, shims: &[String]) -> impl Future<Output = Result<(), String>>;
+    fn acquire(&self, shims: &[String]) -> impl Future<Output = Result<(), GateError>>;
     /// Renew the held slots right before the restart; `Err`: do not restart.
-    fn renew(&self) -> impl Future<Output = Result<(), String>>;
+    fn renew(&self) -> impl Future<Output = Result<(), GateError>>;
     /// The transaction committed: give the slots back.
     fn release(&self) -> impl Future<Output = ()>;
     /// The transaction failed: keep the slots, marked failed with `reason`.
@@ -94,10 +96,10 @@ pub trait Gate {
 pub struct Ungated;
 
 impl Gate for Ungated {
-    async fn acquire(&self, _shims: &[String]) -> Result<(), String> {
+    async fn acquire(&self, _shims: &[String]) -> Result<(), GateError> {
         Ok(())
     }
-    async fn renew(&self) -> Result<(), String> {
+    async fn renew(&self) -> Result<(), GateError> {
         Ok(())
     }
     async fn release(&self) {}

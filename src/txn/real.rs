@@ -13,10 +13,10 @@ pub struct SystemdRestarter {
 }
 
 impl Restarter for SystemdRestarter {
-    async fn restart(&self, unit: &str) -> Result<(), String> {
+    async fn restart(&self, unit: &str) -> Result<(), NodeError> {
         let out = self.systemd.restart_unit(unit, self.timeout).await;
         crate::telemetry::containerd_restarted(out.is_ok());
-        let out = out.map_err(|e| describe(&e))?;
+        let out = out?;
         tracing::info!(unit, job = %out.job_result, elapsed_ms = out.elapsed.as_millis() as u64, state = %out.state.summary(), "containerd restarted");
         Ok(())
     }
@@ -27,10 +27,6 @@ impl Restarter for SystemdRestarter {
 pub struct CriHealth {
     pub cri: CriClient,
     pub timeout: Duration,
-}
-
-fn describe(e: &NodeError) -> String {
-    format!("{e} [{}]", e.reason())
 }
 
 impl HealthCheck for CriHealth {
@@ -46,14 +42,13 @@ impl HealthCheck for CriHealth {
         real.parent().map(std::path::Path::to_path_buf)
     }
 
-    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), NodeError> {
         let deadline = Instant::now() + self.timeout;
         for h in present {
             let left = deadline.saturating_duration_since(Instant::now());
             self.cri
                 .wait_for_handler(h, left.max(Duration::from_millis(1)))
-                .await
-                .map_err(|e| describe(&e))?;
+                .await?;
         }
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -70,8 +65,8 @@ impl HealthCheck for CriHealth {
                         plugin_not_loaded: true,
                         ..
                     },
-                ) => return Err(describe(&e)),
-                Err(e) if Instant::now() >= deadline => return Err(describe(&e)),
+                ) => return Err(e),
+                Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
@@ -79,21 +74,21 @@ impl HealthCheck for CriHealth {
             };
             if !st.runtime_ready {
                 if Instant::now() >= deadline {
-                    return Err(format!(
-                        "containerd's runtime is not ready: {}",
-                        st.runtime_detail
-                    ));
+                    return Err(NodeError::RuntimeNotReady {
+                        detail: st.runtime_detail,
+                    });
                 }
             } else {
-                let still: Vec<&String> =
-                    absent.iter().filter(|h| st.handlers.contains(h)).collect();
+                let still: Vec<String> = absent
+                    .iter()
+                    .filter(|h| st.handlers.contains(h))
+                    .cloned()
+                    .collect();
                 if still.is_empty() {
                     return Ok(());
                 }
                 if Instant::now() >= deadline {
-                    return Err(format!(
-                        "containerd still serves removed handler(s) {still:?}"
-                    ));
+                    return Err(NodeError::HandlerStillServed { handlers: still });
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

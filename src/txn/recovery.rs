@@ -5,7 +5,7 @@
 use anyhow::bail;
 
 use super::engine::{Node, Report, failpoint};
-use super::error::{TxnError, TxnReason};
+use super::error::{StepError, TxnError, TxnReason};
 use super::files::restore_backups;
 use super::machine::{self, Event, Recovery};
 use super::ports::{Gate, HealthCheck, Restarter, Ungated};
@@ -109,13 +109,13 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 let mut report = Report::default();
                 if phase == Phase::Applied {
                     if let Err(e) = self.restarter.restart(&self.profile.unit).await {
-                        return self.fail(store, state, e).await;
+                        return self.fail(store, state, e.into()).await;
                     }
                     self.event(store, state, Event::Restarted)?;
                 }
                 if matches!(phase, Phase::Applied | Phase::Restarted) {
                     if let Err(e) = self.verify_journal(j).await {
-                        return self.fail(store, state, e).await;
+                        return self.fail(store, state, e.into()).await;
                     }
                     self.event(store, state, Event::Verified)?;
                 }
@@ -130,7 +130,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         &self,
         store: &StateStore,
         state: &mut NodeState,
-        reason: String,
+        reason: StepError,
     ) -> anyhow::Result<()> {
         self.fail_with(store, state, reason, true).await
     }
@@ -141,7 +141,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         &self,
         store: &StateStore,
         state: &mut NodeState,
-        reason: String,
+        reason: StepError,
     ) -> anyhow::Result<()> {
         self.fail_with(store, state, reason, false).await
     }
@@ -150,10 +150,12 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         &self,
         store: &StateStore,
         state: &mut NodeState,
-        reason: String,
+        step: StepError,
         restart: bool,
     ) -> anyhow::Result<()> {
+        let reason = step.message;
         let repair = state.journal.as_ref().is_some_and(|j| j.repair);
+        let phase = state.journal.as_ref().map(|j| j.phase);
         if let Some(j) = &state.journal {
             super::notices::failed(j, state, &reason);
         }
@@ -165,7 +167,11 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             },
         )?;
         self.roll_back(store, state, reason.clone(), restart)
-            .await?;
+            .await
+            .map_err(|e| match e.downcast::<TxnError>() {
+                Ok(t) => t.at(phase).caused_by(step.reason).into(),
+                Err(e) => e,
+            })?;
         let message = if restart {
             format!("{reason}; rolled back: containerd runs the previous configuration")
         } else {
@@ -178,7 +184,10 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         } else {
             TxnReason::RolledBack
         };
-        Err(TxnError::new(why, message).into())
+        Err(TxnError::new(why, message)
+            .at(phase)
+            .caused_by(step.reason)
+            .into())
     }
 
     /// Put the files back and, when containerd was (or may have been) restarted with them,
@@ -206,6 +215,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 Ok(()) => self.health.verify(&present, &absent).await,
                 Err(e) => Err(e),
             }
+            .map_err(|e| StepError::from(e).message)
         };
         match outcome {
             Ok(()) => {

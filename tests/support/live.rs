@@ -9,6 +9,7 @@ use shim_agent::api::load::parse_shims;
 use shim_agent::artifact::node_platform;
 use shim_agent::containerd;
 use shim_agent::hostroot::HostRoot;
+use shim_agent::node::{NodeError, UnitState};
 use shim_agent::profile;
 use shim_agent::settings::Settings;
 use shim_agent::state::Origin;
@@ -53,15 +54,29 @@ impl FakeContainerd {
     }
 }
 
+/// What systemd reports for a restart job that failed: the unit went down with an exit code.
+pub fn restart_failed(unit: &str) -> NodeError {
+    NodeError::RestartFailed {
+        unit: unit.to_string(),
+        job_result: "failed".into(),
+        state: Box::new(UnitState {
+            active_state: "failed".into(),
+            sub_state: "failed".into(),
+            result: "exit-code".into(),
+            ..UnitState::default()
+        }),
+    }
+}
+
 impl Restarter for &FakeContainerd {
-    async fn restart(&self, unit: &str) -> Result<(), String> {
+    async fn restart(&self, unit: &str) -> Result<(), NodeError> {
         if !self.restart_delay.is_zero() {
             tokio::time::sleep(self.restart_delay).await;
         }
         *self.restarts.borrow_mut() += 1;
         let n = *self.restarts.borrow();
         if self.fail_restarts.contains(&n) {
-            return Err(format!("restart of {unit} failed: job result 'failed'"));
+            return Err(restart_failed(unit));
         }
         self.reread_config();
         Ok(())
@@ -69,23 +84,27 @@ impl Restarter for &FakeContainerd {
 }
 
 impl HealthCheck for &FakeContainerd {
-    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), NodeError> {
         *self.verifies.borrow_mut() += 1;
         if self.fail_verifies.contains(&self.verifies.borrow()) {
-            return Err(
-                "CRI RuntimeService is unimplemented: the CRI plugin failed to load".into(),
-            );
+            return Err(NodeError::CriUnavailable {
+                socket: "/run/containerd/containerd.sock".into(),
+                detail: "CRI RuntimeService is unimplemented: the CRI plugin failed to load".into(),
+                plugin_not_loaded: true,
+            });
         }
         let s = self.serving.borrow();
         for h in present {
             if !s.contains(h) {
-                return Err(format!("handler {h} is not served"));
+                return Err(NodeError::HandlerMissing {
+                    handler: h.clone(),
+                    present: s.iter().cloned().collect(),
+                });
             }
         }
-        for h in absent {
-            if s.contains(h) {
-                return Err(format!("handler {h} is still served"));
-            }
+        let still: Vec<String> = absent.iter().filter(|h| s.contains(*h)).cloned().collect();
+        if !still.is_empty() {
+            return Err(NodeError::HandlerStillServed { handlers: still });
         }
         Ok(())
     }

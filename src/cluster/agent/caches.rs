@@ -11,9 +11,8 @@ use kube::{Api, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
-use super::{Agent, DEBOUNCE_MAX_MILLIS, DEBOUNCE_MILLIS, Exit};
+use super::{Agent, Exit, ROUND_QUIET_MAX_MILLIS, ROUND_QUIET_MILLIS};
 use crate::api::Shim;
-use crate::cluster::round::pod_use;
 use crate::cluster::target::PodUse;
 use crate::cluster::watch::{Tasks, spawn_reflector};
 use crate::txn::{HealthCheck, Restarter};
@@ -151,13 +150,13 @@ pub(super) fn fingerprint(c: &Caches) -> u64 {
 }
 
 /// Wait until what a round depends on (`fingerprint`) stayed the same for
-/// [`DEBOUNCE_MILLIS`] (at most [`DEBOUNCE_MAX_MILLIS`] in all), draining `events`. Events
+/// [`ROUND_QUIET_MILLIS`] (at most [`ROUND_QUIET_MAX_MILLIS`] in all), draining `events`. Events
 /// that change nothing a round reads (status, finalizer, our own annotation) do not extend it.
 pub(super) async fn quiet(events: &mut mpsc::Receiver<()>, fingerprint: impl Fn() -> u64) {
-    let until = Instant::now() + Duration::from_millis(DEBOUNCE_MAX_MILLIS);
+    let until = Instant::now() + Duration::from_millis(ROUND_QUIET_MAX_MILLIS);
     let mut seen = fingerprint();
     loop {
-        tokio::time::sleep(Duration::from_millis(DEBOUNCE_MILLIS)).await;
+        tokio::time::sleep(Duration::from_millis(ROUND_QUIET_MILLIS)).await;
         while events.try_recv().is_ok() {}
         let now = fingerprint();
         if now == seen || Instant::now() >= until {
@@ -171,5 +170,15 @@ pub(super) async fn sleep_until_opt(due: Option<Instant>) {
     match due {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+/// A pod of this node as a round reads it.
+pub(super) fn pod_use(p: &Pod) -> PodUse {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    PodUse {
+        name: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+        runtime_class: p.spec.as_ref().and_then(|s| s.runtime_class_name.clone()),
+        finished: matches!(phase, Some("Succeeded" | "Failed")),
     }
 }

@@ -6,10 +6,10 @@ use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::runtime::events::EventType;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Agent, Failure};
+use super::Agent;
+use super::memory::{Failure, UNINSTALL_KEY, spec_key};
 use crate::api::Shim;
 use crate::cluster::nodestate::FailureNote;
-use crate::cluster::round::{UNINSTALL_KEY, spec_key};
 use crate::crashes;
 use crate::state::{NodeState, StateStore};
 use crate::txn::{HealthCheck, Restarter};
@@ -44,7 +44,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         save(store, state);
         tracing::error!(shims = ?crashed, "the agent stopped during a round working on {}: counted as a crash of each", crashed.join(", "));
         if crashed.len() > 1 {
-            self.solo.extend(crashed);
+            self.memory.solo.extend(crashed);
         }
     }
 
@@ -66,7 +66,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 continue;
             };
             let message = crashes::message(&rec);
-            self.failures.insert(
+            self.memory.failures.insert(
                 name.clone(),
                 Failure {
                     note: FailureNote {
@@ -82,7 +82,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                     retry_at: None,
                 },
             );
-            if self.aside_seen.insert(name.clone()) {
+            if self.memory.aside_seen.insert(name.clone()) {
                 tracing::error!(shim = %name, reason = crashes::REASON, "{name}: {message}");
                 self.emit(
                     cluster,
@@ -95,7 +95,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 .await;
             }
         }
-        self.aside_seen.retain(|n| aside.contains(n));
+        self.memory.aside_seen.retain(|n| aside.contains(n));
         aside
     }
 

@@ -2,17 +2,17 @@
 //! says (retried with backoff while the API server is away), and offline installs adopted.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 
-use super::{Agent, NODE_SYNC_RETRY_SECS, RoundView};
+use super::Agent;
+use super::round::RoundView;
 use crate::api::Shim;
-use crate::cluster::FIELD_MANAGER;
-use crate::cluster::nodestate::{self, FailureNote, NodeStates};
+use crate::cluster::names::{FIELD_MANAGER, STATE_ANNOTATION};
+use crate::cluster::nodestate::{self, NodeStates};
 use crate::cluster::target::{self, Inputs, NodePlan};
 use crate::state::{NodeState, Origin, StateStore};
 use crate::txn::{HealthCheck, Restarter};
@@ -74,14 +74,10 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             pods: view.pods,
             held: view.held,
         };
-        let notes: BTreeMap<String, FailureNote> = self
-            .failures
-            .iter()
-            .map(|(n, f)| (n.clone(), f.note.clone()))
-            .collect();
+        let notes = self.memory.notes();
         let annotations = current.metadata.annotations.as_ref();
         let previous: NodeStates = nodestate::parse_states(annotations);
-        let present = annotations.is_some_and(|a| a.contains_key(crate::cluster::STATE_ANNOTATION));
+        let present = annotations.is_some_and(|a| a.contains_key(STATE_ANNOTATION));
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
         let labels = target::labels_wanted(&inputs);
@@ -97,28 +93,20 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         plan: &NodePlan,
     ) -> KubeNode {
         let Some(patch) = self.node_sync_patch(&current, view, state, plan) else {
-            self.node_sync_due = None;
-            self.node_sync_failures = 0;
+            self.memory.node_synced();
             return current;
         };
         match self.patch_node(patch).await {
             Ok(n) => {
-                self.node_sync_due = None;
-                self.node_sync_failures = 0;
+                self.memory.node_synced();
                 n
             }
             Err(e) => {
                 tracing::warn!("cannot update the Node's Shim labels and state; retrying: {e}");
-                self.schedule_node_sync();
+                self.memory.node_sync_failed(Instant::now());
                 current
             }
         }
-    }
-
-    pub(super) fn schedule_node_sync(&mut self) {
-        self.node_sync_failures += 1;
-        let secs = (NODE_SYNC_RETRY_SECS << self.node_sync_failures.min(6)).min(60);
-        self.node_sync_due = Some(Instant::now() + Duration::from_secs(secs));
     }
 
     pub(super) async fn patch_node(

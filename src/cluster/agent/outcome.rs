@@ -6,13 +6,34 @@ use kube::Resource;
 use kube::runtime::events::EventType;
 use tokio::time::Instant;
 
-use super::{Agent, Failure};
+use super::Agent;
+use super::memory::{self, Judgement};
 use crate::api::Shim;
-use crate::cluster::nodestate::FailureNote;
-use crate::cluster::round::{UNINSTALL_KEY, backoff, error_reason, report_digest, spec_key};
 use crate::cluster::target::NodePlan;
 use crate::state::NodeState;
+use crate::txn::error::{blamed_by, reason_of};
 use crate::txn::{HealthCheck, Report, Restarter};
+
+/// The Event reason of a failed change: what was being done, from the failure's reason, whether
+/// the Shim was installed before, and whether the cluster still wants it.
+pub fn event_reason(reason: &str, was_installed: bool, wanted: bool) -> &'static str {
+    match (reason, was_installed, wanted) {
+        ("DriftUnrepairable", ..) => "DriftUnrepairable",
+        (_, _, false) => "UninstallFailed",
+        ("RolledBack", ..) => "RolledBack",
+        (_, true, true) => "UpgradeFailed",
+        (_, false, true) => "InstallFailed",
+    }
+}
+
+/// How an installed Event names the version it replaced.
+fn report_digest(before: &NodeState, name: &str) -> String {
+    before
+        .shims
+        .get(name)
+        .map(|r| format!(" (was sha256:{})", r.artifact_sha256))
+        .unwrap_or_default()
+}
 
 impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     pub(super) async fn succeeded(
@@ -28,7 +49,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             .chain(&report.removed)
             .chain(&report.unchanged)
         {
-            self.failures.remove(name);
+            self.memory.succeeded([name]);
         }
         for name in &report.installed {
             let upgraded = before.shims.contains_key(name);
@@ -63,69 +84,34 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         node: &KubeNode,
     ) {
         let message = format!("{e:#}");
-        if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
-            // The wait for a rollout slot ended because the agent stops: nothing was tried,
-            // nothing failed; the next start takes it up again.
-            tracing::info!("stopping before the transaction: {message}");
-            return;
-        }
-        let reason = error_reason(&e);
-        let blamed: Vec<String> = e
-            .chain()
-            .filter_map(|c| c.downcast_ref::<crate::txn::TxnError>())
-            .flat_map(|t| t.blamed.clone())
-            .collect();
-        let culprit: Vec<String> = match work {
-            [one] => vec![one.clone()],
-            _ if !blamed.is_empty() => blamed,
-            many => many
-                .iter()
-                .filter(|n| message.contains(&format!("Shim {n:?}")))
-                .cloned()
-                .collect(),
+        let stopping = self.shutdown.as_ref().is_some_and(|s| *s.borrow());
+        let culprits = match memory::judge(work, &blamed_by(&e), stopping) {
+            Judgement::Stopping => {
+                // The wait for a rollout slot ended because the agent stops: nothing was
+                // tried, nothing failed; the next start takes it up again.
+                tracing::info!("stopping before the transaction: {message}");
+                return;
+            }
+            Judgement::RunAlone(each) => {
+                tracing::warn!("a batch of changes failed; trying each alone: {message}");
+                self.memory.solo.extend(each);
+                self.memory.rerun_now = true;
+                return;
+            }
+            Judgement::Blame(culprits) => culprits,
         };
-        if culprit.is_empty() && work.len() > 1 {
-            tracing::warn!("a batch of changes failed; trying each alone: {message}");
-            self.solo.extend(work.iter().cloned());
-            self.rerun_now = true;
-            return;
-        }
-        self.rerun_now = true;
-        for name in culprit {
+        self.memory.rerun_now = true;
+        let reason = reason_of(&e);
+        for name in culprits {
             let shim = cluster.iter().find(|s| s.name() == name);
-            let key = shim.map(spec_key).unwrap_or_else(|| UNINSTALL_KEY.into());
-            let attempts = self
-                .failures
-                .get(&name)
-                .filter(|f| f.spec_key == key)
-                .map(|f| f.attempts + 1)
-                .unwrap_or(1);
-            let pause = backoff(attempts);
+            let pause = self
+                .memory
+                .failed(&name, shim, reason, message.clone(), Instant::now());
             tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed, retrying in {} s: {message}", pause.as_secs());
-            let ev_reason = match (before.shims.contains_key(&name), shim.is_some()) {
-                _ if reason == "DriftUnrepairable" => "DriftUnrepairable",
-                (_, false) => "UninstallFailed",
-                (true, true) if message.contains("rolled back") => "RolledBack",
-                (true, true) => "UpgradeFailed",
-                (false, _) if message.contains("rolled back") => "RolledBack",
-                (false, _) => "InstallFailed",
-            };
+            let ev_reason = event_reason(reason, before.shims.contains_key(&name), shim.is_some());
             let note = format!("{reason}: {message}");
             self.emit(cluster, &name, node, EventType::Warning, ev_reason, note)
                 .await;
-            self.failures.insert(
-                name.clone(),
-                Failure {
-                    note: FailureNote {
-                        reason: reason.to_string(),
-                        message: crate::text::clip(&message, crate::text::MESSAGE_MAX_BYTES),
-                        generation: shim.and_then(|s| s.metadata.generation),
-                    },
-                    spec_key: key,
-                    attempts,
-                    retry_at: Some(Instant::now() + pause),
-                },
-            );
         }
     }
 
@@ -136,7 +122,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         node: &KubeNode,
     ) {
         for (name, pods) in &plan.blocked {
-            if self.blocked_seen.get(name) != Some(pods) {
+            if self.memory.blocked_seen.get(name) != Some(pods) {
                 let note = format!(
                     "uninstall of {name} from node {} waits for pods that use its RuntimeClass: {}",
                     self.node_name,
@@ -154,9 +140,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 .await;
             }
         }
-        self.blocked_seen = plan.blocked.clone();
+        self.memory.blocked_seen = plan.blocked.clone();
         for name in &plan.conflicts {
-            if self.conflicts_seen.insert(name.clone()) {
+            if self.memory.conflicts_seen.insert(name.clone()) {
                 let note = format!(
                     "node {} runs the static Shim {name:?} from shims.d instead of the cluster's",
                     self.node_name
@@ -173,7 +159,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 .await;
             }
         }
-        self.conflicts_seen.retain(|n| plan.conflicts.contains(n));
+        self.memory
+            .conflicts_seen
+            .retain(|n| plan.conflicts.contains(n));
     }
 
     /// An Event on the Shim (when it still exists) and on the Node; failures to publish are
@@ -193,5 +181,23 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             refs.push(s.object_ref(&()));
         }
         crate::events::publish(&self.recorder, &ev, &refs).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_reason;
+
+    #[test]
+    fn a_failed_change_is_named_by_what_it_was_doing() {
+        assert_eq!(event_reason("FetchFailed", false, true), "InstallFailed");
+        assert_eq!(event_reason("FetchFailed", true, true), "UpgradeFailed");
+        assert_eq!(event_reason("RolledBack", true, true), "RolledBack");
+        assert_eq!(event_reason("RolledBack", false, true), "RolledBack");
+        assert_eq!(event_reason("RolledBack", true, false), "UninstallFailed");
+        assert_eq!(
+            event_reason("DriftUnrepairable", true, false),
+            "DriftUnrepairable"
+        );
     }
 }

@@ -91,7 +91,7 @@ pub struct Host {
 }
 
 impl Restarter for &Host {
-    async fn restart(&self, unit: &str) -> Result<(), String> {
+    async fn restart(&self, unit: &str) -> Result<(), shim_agent::node::NodeError> {
         // A restart needs this node's slot, renewed right before it. The read-back runs
         // beside the restart (a harness must not lengthen the path it measures), and the
         // restart returns only once it is done, so the node cannot release meanwhile.
@@ -142,7 +142,11 @@ impl Restarter for &Host {
 }
 
 impl HealthCheck for &Host {
-    async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), String> {
+    async fn verify(
+        &self,
+        present: &[String],
+        absent: &[String],
+    ) -> Result<(), shim_agent::node::NodeError> {
         (&self.inner).verify(present, absent).await
     }
 }

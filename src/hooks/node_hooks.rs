@@ -28,6 +28,7 @@ use super::wire::{ChangeKind, ChangeResult, Request, ShimChange};
 use crate::api::Shim;
 use crate::api::extension::HookName;
 use crate::state::NodeState;
+use crate::txn::error::GateError;
 use crate::txn::{Change, Gate};
 
 /// The requests' view of a batch: each Shim, what happens to it, its old and new digests
@@ -107,7 +108,7 @@ impl Report {
 }
 
 /// A slot gate with the hooks of one node's transaction around it.
-pub struct HookGate<'a, G> {
+pub struct NodeHooks<'a, G> {
     inner: G,
     hooks: Arc<Hooks>,
     node: String,
@@ -121,7 +122,7 @@ pub struct HookGate<'a, G> {
     proceeded: AtomicBool,
 }
 
-impl<'a, G: Gate> HookGate<'a, G> {
+impl<'a, G: Gate> NodeHooks<'a, G> {
     pub fn new(
         inner: G,
         hooks: Arc<Hooks>,
@@ -131,7 +132,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
         max_deferral: Duration,
         report: Report,
     ) -> Self {
-        HookGate {
+        NodeHooks {
             inner,
             hooks,
             node: node.into(),
@@ -170,7 +171,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
     }
 
     /// Sleep `d`, or `Err` when the agent shuts down first.
-    async fn pause(&self, d: Duration) -> Result<(), String> {
+    async fn pause(&self, d: Duration) -> Result<(), GateError> {
         let mut shutdown = self.shutdown.clone();
         tokio::select! {
             _ = tokio::time::sleep(d) => Ok(()),
@@ -181,7 +182,7 @@ impl<'a, G: Gate> HookGate<'a, G> {
                     },
                     None => std::future::pending().await,
                 }
-            } => Err("the agent is shutting down".into()),
+            } => Err(GateError::ShuttingDown),
         }
     }
 
@@ -218,12 +219,15 @@ impl<'a, G: Gate> HookGate<'a, G> {
     }
 }
 
-impl<G: Gate> Gate for HookGate<'_, G> {
-    async fn acquire(&self, shims: &[String]) -> Result<(), String> {
+impl<G: Gate> Gate for NodeHooks<'_, G> {
+    async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
         let hook = HookName::BeforeNodeRestart;
         loop {
             self.inner.acquire(shims).await?;
-            self.hooks.ready().await?;
+            self.hooks
+                .ready()
+                .await
+                .map_err(GateError::ExtensionsUnknown)?;
             let targets = self.hooks.targets(hook, shims, self.cluster);
             let any_after = !self
                 .hooks
@@ -242,7 +246,7 @@ impl<G: Gate> Gate for HookGate<'_, G> {
                         self.proceeded.store(any_after, Ordering::SeqCst);
                         return Ok(());
                     }
-                    Step::Fail(m) => return Err(m),
+                    Step::Fail(m) => return Err(GateError::Refused(m)),
                     Step::Defer(d) => {
                         crate::telemetry::doing(Some(format!(
                             "restart deferred by an extension for {} s",
@@ -264,7 +268,7 @@ impl<G: Gate> Gate for HookGate<'_, G> {
         }
     }
 
-    async fn renew(&self) -> Result<(), String> {
+    async fn renew(&self) -> Result<(), GateError> {
         self.inner.renew().await
     }
 

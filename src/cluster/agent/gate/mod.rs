@@ -25,19 +25,21 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 
-use super::NAMESPACE;
-use super::slots::{
-    Claim, Failure, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL, candidates, claim,
-    resume_token, slot_of,
-};
 use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
+use crate::cluster::lease_edits;
+use crate::cluster::names::NAMESPACE;
+use crate::cluster::slots::{
+    Claim, Closed, Failure, SLOT_FAILED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL, candidates, claim,
+    resume_token, slot_of,
+};
 use crate::txn::Gate;
+use crate::txn::error::GateError;
 
 mod contend;
 pub use contend::claim_window;
@@ -175,11 +177,7 @@ impl<'a> SlotGate<'a> {
                 continue;
             }
             tracing::info!(slot = %l.name_any(), "releasing a slot left from before this start");
-            l.spec.holder_identity = None;
-            l.labels_mut().remove(SLOT_HOLDER_LABEL);
-            if let Some(refs) = l.metadata.owner_references.as_mut() {
-                refs.retain(|o| !(o.kind == "Node" && o.name == me));
-            }
+            l = lease_edits::release(l, me);
             let _ = api.replace(&l.name_any(), &PostParams::default(), &l).await;
         }
     }
@@ -195,49 +193,31 @@ impl<'a> SlotGate<'a> {
     }
 
     /// `lease` taken by this node (holder, times, and its Node as an owner).
-    fn taken(&self, mut lease: ShimLease) -> ShimLease {
-        let t = now(self.timings.clock_skew_secs);
-        if lease.spec.holder_identity.as_deref() != Some(self.me.as_str()) {
-            lease.spec.holder_identity = Some(self.me.clone());
-            lease.spec.acquire_time = Some(t.clone());
-            lease.spec.lease_transitions = Some(lease.spec.lease_transitions.unwrap_or(0) + 1);
-        }
-        lease.spec.renew_time = Some(t);
-        lease.annotations_mut().remove(SLOT_FREED);
-        lease
-            .labels_mut()
-            .insert(SLOT_HOLDER_LABEL.into(), self.me.clone());
-        let refs = lease.metadata.owner_references.get_or_insert_with(Vec::new);
-        if !refs.iter().any(|o| o.kind == "Node" && o.name == self.me) {
-            refs.push(OwnerReference {
-                api_version: "v1".into(),
-                kind: "Node".into(),
-                name: self.me.clone(),
-                uid: self.my_uid.clone(),
-                ..OwnerReference::default()
-            });
-        }
-        lease
+    fn taken(&self, lease: ShimLease) -> ShimLease {
+        lease_edits::take(
+            lease,
+            &self.me,
+            &self.my_uid,
+            now(self.timings.clock_skew_secs),
+        )
     }
 
-    async fn acquire_one(&self, shim: &Shim) -> Result<ShimLease, String> {
+    async fn acquire_one(&self, shim: &Shim) -> Result<ShimLease, GateError> {
         let name = shim.name_any();
         let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
         loop {
             if self.shutting_down() {
-                return Err("the agent is shutting down".into());
+                return Err(GateError::ShuttingDown);
             }
-            let list = self
-                .api
-                .list(&lp)
-                .await
-                .map_err(|e| format!("cannot list the slots of {name}: {e}"))?;
+            let list = self.api.list(&lp).await.map_err(|e| {
+                GateError::SlotUnavailable(format!("cannot list the slots of {name}: {e}"))
+            })?;
             let rv = list.metadata.resource_version.clone().unwrap_or_default();
             let leases: Vec<ShimLease> = list.items;
             let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
             let n = slots
                 .iter()
-                .filter(|s| s.closed.as_deref() != Some("retired"))
+                .filter(|s| s.closed != Some(Closed::Retired))
                 .count() as u32;
             let skip: BTreeSet<u32> = slots
                 .iter()
@@ -265,7 +245,11 @@ impl<'a> SlotGate<'a> {
                     {
                         Ok(l) => return Ok(l),
                         Err(e) if gone(&e) => continue,
-                        Err(e) => return Err(format!("cannot renew slot {i} of {name}: {e}")),
+                        Err(e) => {
+                            return Err(GateError::SlotUnavailable(format!(
+                                "cannot renew slot {i} of {name}: {e}"
+                            )));
+                        }
                     }
                 }
                 claim @ (Claim::Take(_) | Claim::Wait) => {
@@ -295,7 +279,7 @@ impl<'a> SlotGate<'a> {
         &self,
         lease: ShimLease,
         edit: impl Fn(ShimLease) -> ShimLease,
-    ) -> Result<ShimLease, String> {
+    ) -> Result<ShimLease, GateError> {
         let name = lease.name_any();
         let mut cur = lease;
         for _ in 0..3 {
@@ -310,15 +294,20 @@ impl<'a> SlotGate<'a> {
                         .api
                         .get(&name)
                         .await
-                        .map_err(|e| format!("slot {name}: {e}"))?;
+                        .map_err(|e| GateError::SlotUnavailable(format!("slot {name}: {e}")))?;
                     if cur.spec.holder_identity.as_deref() != Some(self.me.as_str()) {
-                        return Err(format!("slot {name} is no longer held by {}", self.me));
+                        return Err(GateError::SlotLost {
+                            slot: name,
+                            me: self.me.clone(),
+                        });
                     }
                 }
-                Err(e) => return Err(format!("slot {name}: {e}")),
+                Err(e) => return Err(GateError::SlotUnavailable(format!("slot {name}: {e}"))),
             }
         }
-        Err(format!("slot {name} keeps changing"))
+        Err(GateError::SlotUnavailable(format!(
+            "slot {name} keeps changing"
+        )))
     }
 }
 
@@ -331,7 +320,7 @@ fn rolls_out(shim: &Shim) -> bool {
 }
 
 impl Gate for SlotGate<'_> {
-    async fn acquire(&self, shims: &[String]) -> Result<(), String> {
+    async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
         let mut held = self.held();
         for name in shims {
             if self.statics.contains(name) {
@@ -350,7 +339,7 @@ impl Gate for SlotGate<'_> {
         Ok(())
     }
 
-    async fn renew(&self) -> Result<(), String> {
+    async fn renew(&self) -> Result<(), GateError> {
         let mut out = Vec::new();
         for (shim, lease, at) in self.held() {
             if at.elapsed() < self.timings.fresh {
@@ -375,15 +364,7 @@ impl Gate for SlotGate<'_> {
                 continue;
             }
             let r = self
-                .write_own(lease, |mut l| {
-                    l.spec.holder_identity = None;
-                    l.annotations_mut().remove(SLOT_FAILED);
-                    l.labels_mut().remove(SLOT_HOLDER_LABEL);
-                    if let Some(refs) = l.metadata.owner_references.as_mut() {
-                        refs.retain(|o| !(o.kind == "Node" && o.name == self.me));
-                    }
-                    l
-                })
+                .write_own(lease, |l| lease_edits::release(l, &self.me))
                 .await;
             match r {
                 Ok(_) => tracing::debug!(shim = %shim.name_any(), "released the rollout slot"),
@@ -402,12 +383,8 @@ impl Gate for SlotGate<'_> {
                 resume: resume_token(shim),
                 reason: reason.chars().take(256).collect(),
             };
-            let mark = serde_json::to_string(&f).unwrap_or_default();
             let r = self
-                .write_own(lease, |mut l| {
-                    l.annotations_mut().insert(SLOT_FAILED.into(), mark.clone());
-                    l
-                })
+                .write_own(lease, |l| lease_edits::mark_failed(l, &f))
                 .await;
             if let Err(e) = r {
                 tracing::warn!(shim = %shim.name_any(), "cannot mark the rollout slot failed: {e}");

@@ -1,0 +1,263 @@
+//! The agent's memory between rounds, as one value with its rules, pure: which Shims failed and
+//! when each may run again ([`Memory::held`]), how a failed round is judged (who is to blame,
+//! or whether the batch runs one Shim at a time: [`judge`]), the solo retries, what was
+//! already reported (blocked uninstalls, conflicts, set-aside Shims) and when the Node must be
+//! written again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::api::Shim;
+use crate::cluster::nodestate::FailureNote;
+use crate::cluster::target::NodePlan;
+use crate::retry::backoff;
+use crate::txn::Change;
+use crate::txn::classify::change_name;
+
+/// The spec key of a Shim being removed (no Shim object left to key it by).
+pub const UNINSTALL_KEY: &str = "uninstall";
+
+/// What a change is about: the Shim's UID and spec hash (a new spec retries at once).
+pub fn spec_key(shim: &Shim) -> String {
+    use kube::ResourceExt;
+    format!("{}:{}", shim.uid().unwrap_or_default(), shim.spec_hash())
+}
+
+/// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
+pub const NODE_SYNC_RETRY_SECS: u64 = 5;
+
+/// A failing change and when to try it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub note: FailureNote,
+    /// The spec it failed at (a new spec retries at once).
+    pub spec_key: String,
+    pub attempts: u32,
+    /// When the change may run again; `None` once that time came (the note stays until the
+    /// change succeeds or fails anew).
+    pub retry_at: Option<Instant>,
+}
+
+/// What the agent remembers between rounds.
+#[derive(Debug, Default)]
+pub struct Memory {
+    pub failures: BTreeMap<String, Failure>,
+    /// Shims to run one at a time (a batch failed without naming its culprit, or crashed).
+    pub solo: BTreeSet<String>,
+    /// Blocked uninstalls and the pods that blocked them, as last reported.
+    pub blocked_seen: BTreeMap<String, Vec<String>>,
+    /// Static/cluster conflicts already reported.
+    pub conflicts_seen: BTreeSet<String>,
+    /// Shims set aside after crashes, already reported.
+    pub aside_seen: BTreeSet<String>,
+    /// When a Node write that failed is tried again.
+    pub node_sync_due: Option<Instant>,
+    pub node_sync_failures: u32,
+    /// A change failed (or a batch was split): run the next round at once for the others.
+    pub rerun_now: bool,
+}
+
+/// How a failed round is judged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// The agent stops: nothing was tried, nothing failed.
+    Stopping,
+    /// A batch failed without naming its culprit: run each change alone.
+    RunAlone(Vec<String>),
+    /// These Shims failed.
+    Blame(Vec<String>),
+}
+
+/// Who a failed round blames: the one change, the Shims the error names (`blamed`), or, for a
+/// batch that names none, each change alone next.
+pub fn judge(work: &[String], blamed: &[String], stopping: bool) -> Judgement {
+    if stopping {
+        return Judgement::Stopping;
+    }
+    let culprit: Vec<String> = match work {
+        [one] => vec![one.clone()],
+        many => many
+            .iter()
+            .filter(|n| blamed.contains(n))
+            .cloned()
+            .collect(),
+    };
+    if culprit.is_empty() && work.len() > 1 {
+        return Judgement::RunAlone(work.to_vec());
+    }
+    Judgement::Blame(culprit)
+}
+
+impl Memory {
+    /// The Shims that wait now (their backoff not over); a backoff that ran out is cleared
+    /// (the note stays).
+    pub fn held(&mut self, now: Instant) -> BTreeSet<String> {
+        let mut held = BTreeSet::new();
+        for (name, f) in &mut self.failures {
+            match f.retry_at {
+                Some(t) if t > now => {
+                    held.insert(name.clone());
+                }
+                _ => f.retry_at = None,
+            }
+        }
+        held
+    }
+
+    /// Forget the failures of Shims whose spec changed (tried at once) or that are gone
+    /// (except uninstalls, which are tried until they succeed).
+    pub fn forget_stale(&mut self, cluster: &[Shim]) {
+        self.failures
+            .retain(|name, f| match cluster.iter().find(|s| s.name() == name) {
+                Some(s) => f.spec_key == spec_key(s) || f.spec_key == UNINSTALL_KEY,
+                None => f.spec_key == UNINSTALL_KEY,
+            });
+    }
+
+    /// Record that `name` failed for `reason` now; returns the pause before its next try.
+    pub fn failed(
+        &mut self,
+        name: &str,
+        shim: Option<&Shim>,
+        reason: &str,
+        message: String,
+        now: Instant,
+    ) -> Duration {
+        let key = shim.map(spec_key).unwrap_or_else(|| UNINSTALL_KEY.into());
+        let attempts = self
+            .failures
+            .get(name)
+            .filter(|f| f.spec_key == key)
+            .map(|f| f.attempts + 1)
+            .unwrap_or(1);
+        let pause = backoff(attempts);
+        self.failures.insert(
+            name.to_string(),
+            Failure {
+                note: FailureNote {
+                    reason: reason.to_string(),
+                    message: crate::text::clip(&message, crate::text::MESSAGE_MAX_BYTES),
+                    generation: shim.and_then(|s| s.metadata.generation),
+                },
+                spec_key: key,
+                attempts,
+                retry_at: Some(now + pause),
+            },
+        );
+        pause
+    }
+
+    /// These Shims' changes ended well (or needed nothing): forget their failures.
+    pub fn succeeded<'a>(&mut self, names: impl IntoIterator<Item = &'a String>) {
+        for n in names {
+            self.failures.remove(n);
+        }
+    }
+
+    /// After a batch failed without naming its culprit, keep only the first Shim of `work`
+    /// that waits to run alone (and the changes that do no real work); `None` when none waits.
+    pub fn restrict_to_solo(&mut self, plan: &mut NodePlan, work: &[String]) {
+        if self.solo.is_empty() {
+            return;
+        }
+        let Some(first) = work.iter().find(|n| self.solo.contains(*n)).cloned() else {
+            self.solo.clear();
+            return;
+        };
+        self.solo.remove(&first);
+        plan.changes.retain(|c: &Change| {
+            let n = change_name(c);
+            n == first || !work.iter().any(|w| w == n)
+        });
+    }
+
+    /// The next timer: a failure's retry, a Node write's retry, or `other` (the next check of
+    /// retained versions, while there are any).
+    pub fn next_due(&self, other: Option<Instant>) -> Option<Instant> {
+        self.failures
+            .values()
+            .filter_map(|f| f.retry_at)
+            .chain(self.node_sync_due)
+            .chain(other)
+            .min()
+    }
+
+    /// A Node write failed: try again later, backing off.
+    pub fn node_sync_failed(&mut self, now: Instant) {
+        self.node_sync_failures += 1;
+        let secs = (NODE_SYNC_RETRY_SECS << self.node_sync_failures.min(6)).min(60);
+        self.node_sync_due = Some(now + Duration::from_secs(secs));
+    }
+
+    /// The Node is as the state says.
+    pub fn node_synced(&mut self) {
+        self.node_sync_due = None;
+        self.node_sync_failures = 0;
+    }
+
+    /// The Shims whose last change failed (for the status line).
+    pub fn failing(&self) -> Vec<String> {
+        self.failures.keys().cloned().collect()
+    }
+
+    /// The failure notes, for the node's report.
+    pub fn notes(&self) -> BTreeMap<String, FailureNote> {
+        self.failures
+            .iter()
+            .map(|(n, f)| (n.clone(), f.note.clone()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_change_is_its_own_culprit_and_an_unnamed_batch_runs_alone() {
+        let w = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(judge(&w(&["a"]), &[], false), Judgement::Blame(w(&["a"])));
+        assert_eq!(
+            judge(&w(&["a", "b"]), &w(&["b"]), false),
+            Judgement::Blame(w(&["b"]))
+        );
+        assert_eq!(
+            judge(&w(&["a", "b"]), &[], false),
+            Judgement::RunAlone(w(&["a", "b"]))
+        );
+        assert_eq!(judge(&w(&["a"]), &[], true), Judgement::Stopping);
+        // nothing tried (no real work), nothing named
+        assert_eq!(judge(&[], &[], false), Judgement::Blame(vec![]));
+    }
+
+    #[test]
+    fn a_failure_backs_off_doubling_and_is_held_until_then() {
+        let mut m = Memory::default();
+        let t0 = Instant::now();
+        assert_eq!(m.failed("a", None, "X", "m".into(), t0), backoff(1));
+        assert_eq!(m.failed("a", None, "X", "m".into(), t0), backoff(2));
+        assert_eq!(m.held(t0), BTreeSet::from(["a".to_string()]));
+        assert!(m.held(t0 + backoff(2) + Duration::from_secs(1)).is_empty());
+        assert_eq!(
+            m.failures["a"].retry_at, None,
+            "cleared once due; the note stays"
+        );
+        assert_eq!(m.failing(), vec!["a"]);
+        m.succeeded(&["a".to_string()]);
+        assert!(m.failures.is_empty());
+    }
+
+    #[test]
+    fn node_writes_back_off_to_a_minute() {
+        let mut m = Memory::default();
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            m.node_sync_failed(t0);
+        }
+        assert_eq!(m.node_sync_due, Some(t0 + Duration::from_secs(60)));
+        m.node_synced();
+        assert_eq!((m.node_sync_due, m.node_sync_failures), (None, 0));
+    }
+}

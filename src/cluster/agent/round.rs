@@ -1,0 +1,234 @@
+//! One round of the agent, in named steps: read what it works from ([`Agent::view`]), plan
+//! (which changes, held back by failures and crashes, one at a time after an unnamed batch
+//! failure), take the labels off before an uninstall, build the gate (rollout slots with the
+//! node hooks around them), transact (one transaction for every change, the Node told what
+//! is under way beside it), and report (Events, the failure memory, the Node's labels and
+//! state).
+
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::{Resource, ResourceExt};
+use tokio::time::Instant;
+
+use super::Agent;
+use super::caches::{Caches, pod_use};
+use super::gate::SlotGate;
+use crate::api::Shim;
+use crate::cluster::nodestate;
+use crate::cluster::target::{self, Inputs, NodePlan, PodUse};
+use crate::state::{NodeState, StateStore};
+use crate::statics::read_static_shims;
+use crate::txn::{Change, HealthCheck, Restarter};
+
+/// What a round plans from: the Shims (the cluster's, the node's static ones), the pods and
+/// the Shims held back.
+pub(super) struct RoundView<'r> {
+    pub(super) cluster: &'r [Shim],
+    pub(super) statics: &'r [Shim],
+    pub(super) statics_ok: bool,
+    pub(super) pods: &'r [PodUse],
+    pub(super) held: &'r std::collections::BTreeSet<String>,
+}
+
+/// What a round works from: the cluster's Shims, the node's static ones, its pods.
+pub(super) struct Read {
+    pub(super) node: KubeNode,
+    pub(super) cluster: Vec<Shim>,
+    pub(super) statics: Vec<Shim>,
+    pub(super) statics_ok: bool,
+    pub(super) pods: Vec<PodUse>,
+}
+
+impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
+    /// One round: read, plan, unlabel, gate, transact, report.
+    pub(super) async fn round(
+        &mut self,
+        store: &StateStore,
+        state: &mut NodeState,
+        caches: &Caches,
+    ) {
+        let Some(read) = self.read(caches) else {
+            return;
+        };
+        self.memory.forget_stale(&read.cluster);
+        let mut held = self.memory.held(Instant::now());
+        held.extend(
+            self.set_aside(store, state, &read.cluster, &read.node)
+                .await,
+        );
+        let view = RoundView {
+            cluster: &read.cluster,
+            statics: &read.statics,
+            statics_ok: read.statics_ok,
+            pods: &read.pods,
+            held: &held,
+        };
+        let labels = read.node.labels().clone();
+        let mut plan = self.plan(&view, &labels, state);
+        let mut current = self.unlabel(read.node.clone(), &labels, &mut plan).await;
+        let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
+        self.begin_work(store, state, &work, &read.cluster);
+        let before = state.clone();
+        let result = self
+            .transact(store, state, &view, &plan, &work, caches, &mut current)
+            .await;
+        match result {
+            Ok(report) => {
+                self.succeeded(&report, &before, &read.cluster, &current)
+                    .await
+            }
+            Err(e) => {
+                self.failed(e, &work, &before, &read.cluster, &current)
+                    .await
+            }
+        }
+        self.adopt_into_cluster(store, state, &read.cluster, &read.statics, &labels);
+        self.report_blocked_and_conflicts(&plan, &read.cluster, &current)
+            .await;
+        self.sync_node(current, &view, state, &plan).await;
+        self.end_work(store, state, &work);
+    }
+
+    /// The caches and `shims.d` as the round reads them; `None` before this Node is known.
+    fn read(&self, caches: &Caches) -> Option<Read> {
+        let node = caches.node.state().first().map(|n| (**n).clone())?;
+        let dir = self
+            .node
+            .root
+            .resolve(&self.node.settings.paths.static_shims_dir)
+            .ok();
+        let (statics, errors) = dir.map(|d| read_static_shims(&d)).unwrap_or_default();
+        for e in &errors {
+            tracing::error!("ignoring a static Shim file until it is fixed: {e}");
+        }
+        Some(Read {
+            node,
+            cluster: caches.shims.state().iter().map(|s| (**s).clone()).collect(),
+            statics,
+            statics_ok: errors.is_empty(),
+            pods: caches.pods.state().iter().map(|p| pod_use(p)).collect(),
+        })
+    }
+
+    /// What to change now (pure): the node's plan, one Shim at a time after an unnamed batch
+    /// failure.
+    fn plan(
+        &mut self,
+        view: &RoundView<'_>,
+        labels: &std::collections::BTreeMap<String, String>,
+        state: &NodeState,
+    ) -> NodePlan {
+        let inputs = Inputs {
+            node_labels: labels,
+            cluster: view.cluster,
+            statics: view.statics,
+            statics_ok: view.statics_ok,
+            state,
+            pods: view.pods,
+            held: view.held,
+        };
+        let mut plan = target::plan_node(&inputs);
+        let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
+        self.memory.restrict_to_solo(&mut plan, &work);
+        plan
+    }
+
+    /// Labels off before any uninstall; no uninstall if that failed. The Node as it is now.
+    async fn unlabel(
+        &mut self,
+        node: KubeNode,
+        labels: &std::collections::BTreeMap<String, String>,
+        plan: &mut NodePlan,
+    ) -> KubeNode {
+        let Some(patch) = nodestate::unlabel_patch(labels, &plan.unlabel) else {
+            return node;
+        };
+        match self.patch_node(patch).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("cannot remove Shim labels from the Node; uninstalls wait: {e}");
+                plan.changes.retain(|c| !matches!(c, Change::Uninstall(_)));
+                self.memory.node_sync_failed(Instant::now());
+                node
+            }
+        }
+    }
+
+    /// The round's transaction behind its gate (rollout slots, node hooks around them),
+    /// telling the Node what is under way beside it (best effort).
+    #[allow(clippy::too_many_arguments)]
+    async fn transact(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        view: &RoundView<'_>,
+        plan: &NodePlan,
+        work: &[String],
+        caches: &Caches,
+        current: &mut KubeNode,
+    ) -> anyhow::Result<crate::txn::Report> {
+        let announce = if work.is_empty() {
+            None
+        } else {
+            self.node_sync_patch(current, view, state, plan)
+        };
+        let gate = self.gate(view, plan, state, caches, current);
+        let (announced, result) = tokio::join!(
+            async {
+                match announce {
+                    Some(p) => Some(self.patch_node(p).await),
+                    None => None,
+                }
+            },
+            self.node
+                .apply_gated(store, state, plan.changes.clone(), false, &gate),
+        );
+        if let Some(Ok(n)) = announced {
+            *current = n;
+        }
+        result
+    }
+
+    /// The gate of the round's transaction: this node's rollout slots of the cluster's
+    /// Shims (never of its static ones), with the node hooks around them; both end their
+    /// waits when the agent stops.
+    fn gate<'g>(
+        &'g self,
+        view: &RoundView<'g>,
+        plan: &NodePlan,
+        state: &NodeState,
+        caches: &Caches,
+        current: &KubeNode,
+    ) -> crate::hooks::NodeHooks<'g, SlotGate<'g>> {
+        let slots = SlotGate::new(
+            self.client.clone(),
+            &self.node_name,
+            &current.uid().unwrap_or_default(),
+            view.cluster,
+            self.gate_timings,
+        )
+        .live(caches.shims.clone());
+        let slots = match &self.shutdown {
+            Some(s) => slots.until(s.clone()),
+            None => slots,
+        }
+        .except(view.statics.iter().map(|s| s.name().to_string()));
+        let report = crate::hooks::Report {
+            recorder: self.recorder.clone(),
+            refs: vec![current.object_ref(&())],
+        };
+        let changes = crate::hooks::node_hooks::changes_of(&plan.changes, state);
+        let gate = crate::hooks::NodeHooks::new(
+            slots,
+            caches.hooks.clone(),
+            &self.node_name,
+            view.cluster,
+            changes,
+            self.gate_timings.max_deferral,
+            report,
+        );
+        match &self.shutdown {
+            Some(s) => gate.until(s.clone()),
+            None => gate,
+        }
+    }
+}

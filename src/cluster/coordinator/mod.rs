@@ -1,0 +1,367 @@
+//! The coordinator: one agent at a time, elected on the [`COORDINATOR_LEASE`], does the
+//! cluster-wide work for every Shim (docs/design.md §6):
+//! - adds the [`FINALIZER`];
+//! - server-side-applies the RuntimeClass (handler, and `scheduling.nodeSelector` on the
+//!   node label) once a node serves the handler; a RuntimeClass of that name that the Shim
+//!   does not own is left alone and reported (`RuntimeClassConflict`);
+//! - writes `status` from the Nodes' labels and annotations, only when it changed and at
+//!   most once per `status_interval` per Shim;
+//! - on delete, removes the RuntimeClass, then the finalizer once no node carries the
+//!   Shim's label or state.
+//!
+//! Every write is idempotent; finalizer edits are guarded by resourceVersion.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::{mpsc, watch as tokio_watch};
+use tokio::time::Instant;
+
+use super::names::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
+use super::nodestate::parse_states;
+use super::slots::SLOT_SHIM_LABEL;
+use super::watch::{Tasks, spawn_reflector};
+use election::{LeaseLock, Timings, lead};
+use slot_writes::Rollout;
+use status::NodeView;
+
+pub mod election;
+mod error;
+pub mod plan;
+pub mod slot_writes;
+pub mod status;
+
+pub use error::CoordinatorError;
+pub use plan::runtime_class;
+
+/// Pause before a Shim whose reconcile failed (an API error) is looked at again.
+pub const RETRY_SECS: u64 = 5;
+use crate::api::Shim;
+use crate::api::lease::ShimLease;
+use crate::hooks::rollout::{Hold, RolloutHooks};
+
+/// Coordinator settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CoordinatorConfig {
+    pub timings: Timings,
+    /// Least time between two status writes of one Shim.
+    pub status_interval: Duration,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            timings: Timings::default(),
+            status_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Take part in the election until `stop` turns true; lead while elected.
+pub async fn run(
+    client: Client,
+    identity: String,
+    config: CoordinatorConfig,
+    stop: tokio_watch::Receiver<bool>,
+) {
+    let api = Api::<ShimLease>::namespaced(client.clone(), NAMESPACE);
+    let mut lock = LeaseLock::new(api, COORDINATOR_LEASE, &identity, config.timings);
+    loop {
+        let c = client.clone();
+        lead(&mut lock, stop.clone(), || duties(c, config)).await;
+        if *stop.borrow() {
+            if let Err(e) = lock.release().await {
+                tracing::debug!(error = %e, "cannot release the coordinator lease");
+            }
+            return;
+        }
+    }
+}
+
+/// The leader's loop: watch Shims, Nodes and RuntimeClasses; reconcile every Shim on change.
+async fn duties(client: Client, config: CoordinatorConfig) {
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let (caches, exts) = Caches::start(&client, &tx);
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: None,
+        },
+    );
+    let hooks = std::sync::Arc::new(crate::hooks::Hooks::new(client.clone(), exts));
+    caches.wait_until_ready().await;
+    let mut c = Coordinator {
+        client,
+        config,
+        last_status_write: BTreeMap::new(),
+        // the BeforeRollout calls run beside this loop; an answer nudges it
+        rollout_hooks: RolloutHooks::new(hooks, recorder, tx),
+    };
+    loop {
+        let next = c.reconcile_all(&caches).await;
+        tokio::select! {
+            Some(()) = rx.recv() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                while rx.try_recv().is_ok() {}
+            }
+            _ = async {
+                match next {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    }
+}
+
+/// What the coordinator watches; a change to any nudges its loop.
+struct Caches {
+    shims: Store<Shim>,
+    nodes: Store<KubeNode>,
+    classes: Store<RuntimeClass>,
+    leases: Store<ShimLease>,
+    _tasks: Tasks,
+}
+
+impl Caches {
+    /// The watches, and the extensions' cache for the BeforeRollout calls.
+    fn start(
+        client: &Client,
+        tx: &mpsc::Sender<()>,
+    ) -> (Self, Store<crate::api::extension::ShimExtension>) {
+        let cfg = watcher::Config::default;
+        let (shims, t1) = spawn_reflector(
+            Api::<Shim>::all(client.clone()),
+            cfg(),
+            "coordinator shims",
+            tx.clone(),
+        );
+        let (nodes, t2) = spawn_reflector(
+            Api::<KubeNode>::all(client.clone()),
+            cfg(),
+            "coordinator nodes",
+            tx.clone(),
+        );
+        let (classes, t3) = spawn_reflector(
+            Api::<RuntimeClass>::all(client.clone()),
+            cfg(),
+            "runtimeclasses",
+            tx.clone(),
+        );
+        let (leases, t4) = spawn_reflector(
+            Api::<ShimLease>::namespaced(client.clone(), NAMESPACE),
+            cfg().labels(SLOT_SHIM_LABEL),
+            "slots",
+            tx.clone(),
+        );
+        let (exts, t5) = spawn_reflector(
+            Api::<crate::api::extension::ShimExtension>::all(client.clone()),
+            cfg(),
+            "coordinator shimextensions",
+            tx.clone(),
+        );
+        let caches = Caches {
+            shims,
+            nodes,
+            classes,
+            leases,
+            _tasks: Tasks(vec![t1, t2, t3, t4, t5]),
+        };
+        (caches, exts)
+    }
+
+    async fn wait_until_ready(&self) {
+        let _ = self.shims.wait_until_ready().await;
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.classes.wait_until_ready().await;
+        let _ = self.leases.wait_until_ready().await;
+    }
+}
+
+impl Coordinator {
+    /// Reconcile every Shim; the earliest time one asked to be looked at again (a failed
+    /// step retries after [`RETRY_SECS`]).
+    async fn reconcile_all(&mut self, caches: &Caches) -> Option<Instant> {
+        let views = node_views(&caches.nodes);
+        let mut next: Option<Instant> = None;
+        let all = caches.shims.state();
+        self.rollout_hooks
+            .retain(|n| all.iter().any(|s| s.name_any() == n));
+        for shim in all {
+            let due = match self
+                .reconcile(&shim, &views, &caches.classes, &caches.leases)
+                .await
+            {
+                Ok(due) => due,
+                Err(e) => {
+                    crate::telemetry::coordinator_error(e.step(), e.reason());
+                    tracing::warn!(shim = %shim.name_any(), step = e.step(), reason = e.reason(), "coordinator: {e}; retrying in {RETRY_SECS} s");
+                    Some(Instant::now() + Duration::from_secs(RETRY_SECS))
+                }
+            };
+            next = match (next, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        next
+    }
+}
+
+fn node_views(nodes: &Store<KubeNode>) -> Vec<NodeView> {
+    nodes
+        .state()
+        .iter()
+        .map(|n| NodeView {
+            name: n.name_any(),
+            labels: n.labels().clone(),
+            states: parse_states(n.metadata.annotations.as_ref()),
+        })
+        .collect()
+}
+
+struct Coordinator {
+    client: Client,
+    config: CoordinatorConfig,
+    last_status_write: BTreeMap<String, Instant>,
+    rollout_hooks: RolloutHooks,
+}
+
+impl Coordinator {
+    /// Reconcile one Shim: gather the facts, plan ([`plan::plan_shim`]), execute. Returns when
+    /// it wants to be looked at again (a deferral, a throttled status).
+    async fn reconcile(
+        &mut self,
+        shim: &Shim,
+        nodes: &[NodeView],
+        classes: &Store<RuntimeClass>,
+        leases: &Store<ShimLease>,
+    ) -> Result<Option<Instant>, CoordinatorError> {
+        let name = shim.name_any();
+        let rollout = Rollout::of(shim, nodes, leases);
+        let existing_nodes: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        // no slot opens for a generation its BeforeRollout extensions hold (or are asked
+        // about: the calls run beside this loop, which goes on with the other Shims)
+        let hold = if shim.metadata.deletion_timestamp.is_some() {
+            Hold::Go
+        } else {
+            self.rollout_hooks.check(shim)
+        };
+        rollout
+            .keep_slots(&self.client, shim, &existing_nodes, hold != Hold::Go)
+            .await;
+        let rc = classes.get(&ObjectRef::new(&shim.spec.runtime_class.name));
+        let time = Time(k8s_openapi::jiff::Timestamp::now());
+        let with_rollout = |st| rollout.status(st, shim.status.as_ref(), &time);
+        let actions = plan::plan_shim(&plan::ShimFacts {
+            shim,
+            nodes,
+            runtime_class: rc.as_deref(),
+            with_rollout: &with_rollout,
+            hold: &hold,
+            approved: self.rollout_hooks.approved(shim),
+            last_status_write: self.last_status_write.get(&name).copied(),
+            status_interval: self.config.status_interval,
+            now: Instant::now(),
+            time: &time,
+        });
+        self.execute(shim, actions).await
+    }
+
+    /// Carry out a Shim's [`ShimActions`](plan::ShimActions), in order.
+    async fn execute(
+        &mut self,
+        shim: &Shim,
+        actions: plan::ShimActions,
+    ) -> Result<Option<Instant>, CoordinatorError> {
+        use CoordinatorError as E;
+        let name = shim.name_any();
+        let shims = Api::<Shim>::all(self.client.clone());
+        let rc_api = Api::<RuntimeClass>::all(self.client.clone());
+        let rc_name = &shim.spec.runtime_class.name;
+        if actions.add_finalizer {
+            let mut finalizers = shim.finalizers().to_vec();
+            finalizers.push(FINALIZER.into());
+            set_finalizers(&shims, shim, finalizers)
+                .await
+                .map_err(E::finalizer)?;
+        }
+        match actions.runtime_class {
+            plan::ClassAction::Keep => {}
+            plan::ClassAction::Delete => {
+                tracing::info!(shim = %name, runtime_class = %rc_name, "deleting the RuntimeClass (its Shim is going, or its handler changed)");
+                delete_ignoring_missing(&rc_api, rc_name)
+                    .await
+                    .map_err(E::runtime_class)?;
+            }
+            plan::ClassAction::Apply(rc) => {
+                let pp = PatchParams::apply(FIELD_MANAGER).force();
+                rc_api
+                    .patch(rc_name, &pp, &Patch::Apply(&*rc))
+                    .await
+                    .map_err(E::runtime_class)?;
+                tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass applied");
+            }
+        }
+        if let plan::StatusAction::Write(status) = actions.status {
+            let patch = serde_json::json!({ "status": status });
+            tracing::debug!(shim = %name, "status changed; writing it");
+            shims
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(E::status)?;
+            self.last_status_write.insert(name.clone(), Instant::now());
+        }
+        if actions.remove_finalizer {
+            let finalizers: Vec<String> = shim
+                .finalizers()
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect();
+            set_finalizers(&shims, shim, finalizers)
+                .await
+                .map_err(E::finalizer)?;
+            self.last_status_write.remove(&name);
+            tracing::info!(shim = %name, "every node is clean; finalizer removed");
+        }
+        Ok(actions.due)
+    }
+}
+
+/// Replace a Shim's finalizers, guarded by the resourceVersion it was read at (a 409 when
+/// someone changed it meanwhile; the next round reads it again).
+async fn set_finalizers(
+    shims: &Api<Shim>,
+    shim: &Shim,
+    finalizers: Vec<String>,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": shim.resource_version(),
+    }});
+    shims
+        .patch(
+            &shim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn delete_ignoring_missing(api: &Api<RuntimeClass>, name: &str) -> Result<(), kube::Error> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,324 @@
+//! The coordinator's decision for one Shim, pure (docs/design.md §6): from the Shim, the Nodes'
+//! reports, its RuntimeClass as it is, the rollout hold and the clock, what to write
+//! ([`ShimActions`]). The executor (`coordinator::execute`) only carries it out.
+//!
+//! Two paths, as kube's finalizer helper has them: **apply** (the Shim lives: the finalizer
+//! in, the RuntimeClass applied once a node serves the handler, status) and **cleanup** (the
+//! Shim is being deleted: the RuntimeClass it owns deleted, status, and the finalizer out once
+//! every node is clean and the RuntimeClass gone).
+
+use std::time::Duration;
+
+use k8s_openapi::api::node::v1::{RuntimeClass, Scheduling};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::{Resource, ResourceExt};
+use tokio::time::Instant;
+
+use super::status::{NodeView, compute_status, with_hold};
+use crate::api::{Shim, ShimStatus};
+use crate::cluster::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, node_label};
+use crate::hooks::hold::Hold;
+
+/// What the coordinator knows when it decides about one Shim.
+pub struct ShimFacts<'a> {
+    pub shim: &'a Shim,
+    pub nodes: &'a [NodeView],
+    /// The RuntimeClass named by the Shim, as the coordinator's watch has it.
+    pub runtime_class: Option<&'a RuntimeClass>,
+    /// The status the rollout part (slots, halts) adds to the node-derived one.
+    pub with_rollout: &'a dyn Fn(ShimStatus) -> ShimStatus,
+    /// The BeforeRollout hold of this generation, and the generation approved now.
+    pub hold: &'a Hold,
+    pub approved: Option<i64>,
+    /// When this Shim's status was last written, and the least time between two writes.
+    pub last_status_write: Option<Instant>,
+    pub status_interval: Duration,
+    pub now: Instant,
+    pub time: &'a Time,
+}
+
+/// What to do with the Shim's RuntimeClass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClassAction {
+    Keep,
+    /// Server-side apply this one.
+    Apply(Box<RuntimeClass>),
+    /// Delete it: the Shim is going, or its handler changed (the handler is immutable: the
+    /// next round applies the new one).
+    Delete,
+}
+
+/// What to do with the Shim's status.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatusAction {
+    Keep,
+    Write(Box<ShimStatus>),
+    /// Changed, but written less than the interval ago: look again then.
+    Later(Instant),
+}
+
+/// The coordinator's writes for one Shim, in the order the executor makes them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShimActions {
+    pub add_finalizer: bool,
+    pub runtime_class: ClassAction,
+    pub status: StatusAction,
+    pub remove_finalizer: bool,
+    /// When to look at the Shim again (a deferral, a throttled status), if nothing else
+    /// changes before.
+    pub due: Option<Instant>,
+}
+
+/// The Shim's actions: the cleanup path while it is being deleted, else the apply path.
+pub fn plan_shim(f: &ShimFacts<'_>) -> ShimActions {
+    if f.shim.metadata.deletion_timestamp.is_some() {
+        plan_cleanup(f)
+    } else {
+        plan_apply(f)
+    }
+}
+
+/// Whether the existing RuntimeClass is the Shim's: `None` when there is none.
+fn ours(f: &ShimFacts<'_>) -> Option<bool> {
+    let uid = f.shim.uid().unwrap_or_default();
+    f.runtime_class
+        .map(|rc| rc.owner_references().iter().any(|o| o.uid == uid))
+}
+
+fn plan_apply(f: &ShimFacts<'_>) -> ShimActions {
+    let rc_name = &f.shim.spec.runtime_class.name;
+    let conflict = (ours(f) == Some(false)).then(|| {
+        (
+            "RuntimeClassConflict",
+            format!(
+                "RuntimeClass {rc_name:?} already exists and does not belong to this Shim; delete it or set another spec.runtimeClass.name"
+            ),
+        )
+    });
+    let label = node_label(&f.shim.name_any());
+    let served = f
+        .nodes
+        .iter()
+        .any(|n| n.labels.get(&label).map(String::as_str) == Some("true"));
+    let runtime_class = if conflict.is_some() || !served {
+        ClassAction::Keep
+    } else {
+        let desired = runtime_class(f.shim);
+        match f.runtime_class {
+            Some(rc) if rc.handler != desired.handler => ClassAction::Delete,
+            Some(rc) if same_class(rc, &desired) => ClassAction::Keep,
+            _ => ClassAction::Apply(Box::new(desired)),
+        }
+    };
+    let (status, due) = plan_status(f, conflict);
+    ShimActions {
+        add_finalizer: !f.shim.finalizers().iter().any(|x| x == FINALIZER),
+        runtime_class,
+        status,
+        remove_finalizer: false,
+        due,
+    }
+}
+
+fn plan_cleanup(f: &ShimFacts<'_>) -> ShimActions {
+    let name = f.shim.name_any();
+    let label = node_label(&name);
+    let ours = ours(f);
+    let clean = f
+        .nodes
+        .iter()
+        .all(|n| !n.labels.contains_key(&label) && !n.states.contains_key(&name));
+    let has_finalizer = f.shim.finalizers().iter().any(|x| x == FINALIZER);
+    let (status, due) = plan_status(f, None);
+    ShimActions {
+        add_finalizer: false,
+        runtime_class: if ours == Some(true) {
+            ClassAction::Delete
+        } else {
+            ClassAction::Keep
+        },
+        status,
+        remove_finalizer: has_finalizer && clean && ours != Some(true),
+        due,
+    }
+}
+
+/// The status the Shim should have, written now or later (throttled).
+fn plan_status(
+    f: &ShimFacts<'_>,
+    rc_problem: Option<(&str, String)>,
+) -> (StatusAction, Option<Instant>) {
+    let previous = f.shim.status.as_ref();
+    let base = compute_status(f.shim, f.nodes, rc_problem, previous, f.time);
+    let status = with_hold(
+        (f.with_rollout)(base),
+        f.hold,
+        f.approved,
+        f.shim.metadata.generation.unwrap_or_default(),
+        previous,
+        f.time,
+    );
+    let due = f.hold.due();
+    if previous == Some(&status) {
+        return (StatusAction::Keep, due);
+    }
+    match f.last_status_write {
+        Some(t) if f.now.saturating_duration_since(t) < f.status_interval => {
+            let at = t + f.status_interval;
+            (StatusAction::Later(at), Some(due.map_or(at, |d| d.min(at))))
+        }
+        _ => (StatusAction::Write(Box::new(status)), due),
+    }
+}
+
+/// The RuntimeClass a Shim wants: its handler, scheduled onto nodes with its label, owned by
+/// the Shim (garbage-collected with it).
+pub fn runtime_class(shim: &Shim) -> RuntimeClass {
+    let owner = shim.controller_owner_ref(&());
+    RuntimeClass {
+        metadata: ObjectMeta {
+            name: Some(shim.spec.runtime_class.name.clone()),
+            labels: Some([(MANAGED_BY_LABEL.to_string(), FIELD_MANAGER.to_string())].into()),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        handler: shim.handler().to_string(),
+        scheduling: Some(Scheduling {
+            node_selector: Some([(node_label(&shim.name_any()), "true".to_string())].into()),
+            tolerations: None,
+        }),
+        overhead: None,
+    }
+}
+
+fn same_class(have: &RuntimeClass, want: &RuntimeClass) -> bool {
+    let selector = |rc: &RuntimeClass| rc.scheduling.as_ref().and_then(|s| s.node_selector.clone());
+    have.handler == want.handler
+        && selector(have) == selector(want)
+        && have.owner_references() == want.owner_references()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn shim(extra_meta: &str) -> Shim {
+        let y = format!(
+            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s, uid: u1, generation: 1{extra_meta}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: rc-s, handler: h}}\n",
+            "a".repeat(64)
+        );
+        crate::api::load::parse_shims(&y, "t.yaml")
+            .unwrap()
+            .remove(0)
+    }
+
+    fn node(labelled: bool, state: bool) -> NodeView {
+        let mut v = NodeView {
+            name: "n".into(),
+            labels: BTreeMap::new(),
+            states: BTreeMap::new(),
+        };
+        if labelled {
+            v.labels.insert(node_label("s"), "true".into());
+        }
+        if state {
+            let st: crate::cluster::nodestate::ShimNodeState =
+                serde_json::from_value(serde_json::json!({"phase": "Uninstalling", "since": "t"}))
+                    .unwrap();
+            v.states.insert("s".into(), st);
+        }
+        v
+    }
+
+    fn plan(
+        s: &Shim,
+        nodes: &[NodeView],
+        rc: Option<&RuntimeClass>,
+        last: Option<Instant>,
+    ) -> ShimActions {
+        let time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let keep = |st: ShimStatus| st;
+        plan_shim(&ShimFacts {
+            shim: s,
+            nodes,
+            runtime_class: rc,
+            with_rollout: &keep,
+            hold: &Hold::Go,
+            approved: None,
+            last_status_write: last,
+            status_interval: Duration::from_secs(2),
+            now: Instant::now(),
+            time: &time,
+        })
+    }
+
+    #[test]
+    fn a_new_shim_gets_its_finalizer_and_its_class_once_a_node_serves_it() {
+        let s = shim("");
+        let a = plan(&s, &[node(false, false)], None, None);
+        assert!(a.add_finalizer);
+        assert_eq!(a.runtime_class, ClassAction::Keep, "no node serves it yet");
+        assert!(matches!(a.status, StatusAction::Write(_)));
+        let a = plan(&s, &[node(true, false)], None, None);
+        let ClassAction::Apply(rc) = a.runtime_class else {
+            panic!("{a:?}")
+        };
+        assert_eq!(rc.handler, "h");
+        assert_eq!(rc.metadata.name.as_deref(), Some("rc-s"));
+        // the same class again: nothing to do; another handler: delete, then apply again
+        let again = plan(&s, &[node(true, false)], Some(&rc), None);
+        assert_eq!(again.runtime_class, ClassAction::Keep);
+        let mut old = (*rc).clone();
+        old.handler = "old".into();
+        let swap = plan(&s, &[node(true, false)], Some(&old), None);
+        assert_eq!(swap.runtime_class, ClassAction::Delete);
+    }
+
+    #[test]
+    fn someone_elses_class_is_left_alone_and_reported() {
+        let s = shim("");
+        let mut theirs = runtime_class(&s);
+        theirs.metadata.owner_references = None;
+        let a = plan(&s, &[node(true, false)], Some(&theirs), None);
+        assert_eq!(a.runtime_class, ClassAction::Keep);
+        let StatusAction::Write(st) = a.status else {
+            panic!("{a:?}")
+        };
+        let ready = st
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.reason.as_deref(), Some("RuntimeClassConflict"));
+    }
+
+    #[test]
+    fn a_status_written_a_moment_ago_waits_its_interval() {
+        let s = shim("");
+        let a = plan(&s, &[node(false, false)], None, Some(Instant::now()));
+        let StatusAction::Later(at) = a.status else {
+            panic!("{a:?}")
+        };
+        assert_eq!(a.due, Some(at));
+    }
+
+    #[test]
+    fn cleanup_deletes_our_class_then_drops_the_finalizer_once_every_node_is_clean() {
+        let s = shim(
+            ", deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: ['containerd.x-k8s.io/cleanup']",
+        );
+        let rc = runtime_class(&s);
+        let a = plan(&s, &[node(false, false)], Some(&rc), None);
+        assert_eq!(a.runtime_class, ClassAction::Delete);
+        assert!(!a.remove_finalizer, "the class first");
+        assert!(!a.add_finalizer);
+        let a = plan(&s, &[node(false, true)], None, None);
+        assert!(!a.remove_finalizer, "a node still reports it");
+        let a = plan(&s, &[node(false, false)], None, None);
+        assert!(a.remove_finalizer);
+        assert_eq!(a.runtime_class, ClassAction::Keep);
+    }
+}

@@ -1,0 +1,161 @@
+//! The coordinator's side of the rollout (docs/design.md §5, §6): each Shim's slot Leases kept
+//! as [`plan_slots`] says, and the rollout part of its status.
+//!
+//! Every write is guarded by the resourceVersion the coordinator's watch last saw; a 409 or
+//! a 404 means someone moved first, and the next round (on the next watch event) plans again
+//! from what it sees then.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+
+use super::status::{NodeView, with_rollout};
+use crate::api::lease::ShimLease;
+use crate::api::{Shim, ShimStatus};
+use crate::cluster::lease_edits;
+use crate::cluster::names::NAMESPACE;
+use crate::cluster::slots::{
+    Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
+    slot_name, slot_of,
+};
+use crate::cluster::target::targets;
+
+/// The slots of `shim` the coordinator sees, with their Leases.
+pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
+    leases
+        .state()
+        .iter()
+        .filter_map(|l| slot_of(shim, l).map(|s| (s, (**l).clone())))
+        .collect()
+}
+
+/// Where a Shim's rollout stands.
+pub struct Rollout {
+    pub limits: Limits,
+    pub halted: bool,
+    pub slots: Vec<(Slot, ShimLease)>,
+}
+
+impl Rollout {
+    pub fn of(shim: &Shim, nodes: &[NodeView], leases: &Store<ShimLease>) -> Rollout {
+        let targeted = nodes.iter().filter(|n| targets(shim, &n.labels)).count() as u32;
+        let limits = limits(shim, targeted);
+        let slots = slots_of(shim, leases);
+        let plain: Vec<Slot> = slots.iter().map(|(s, _)| s.clone()).collect();
+        let halted = halted(
+            &plain,
+            limits,
+            shim.metadata.generation.unwrap_or_default(),
+            &resume_token(shim),
+        );
+        Rollout {
+            limits,
+            halted,
+            slots,
+        }
+    }
+
+    /// `status` with this rollout's part.
+    pub fn status(
+        &self,
+        status: ShimStatus,
+        previous: Option<&ShimStatus>,
+        now: &Time,
+    ) -> ShimStatus {
+        let plain: Vec<Slot> = self.slots.iter().map(|(s, _)| s.clone()).collect();
+        with_rollout(status, self.limits, &plain, self.halted, previous, now)
+    }
+
+    /// Make the slot Leases what the rules say. `nodes`: the Nodes that exist; `held_back`:
+    /// an extension holds this generation's rollout (its slots close as in a halt).
+    pub async fn keep_slots(
+        &self,
+        client: &Client,
+        shim: &Shim,
+        nodes: &BTreeSet<String>,
+        held_back: bool,
+    ) {
+        let api = Api::<ShimLease>::namespaced(client.clone(), NAMESPACE);
+        let plain: Vec<Slot> = self.slots.iter().map(|(s, _)| s.clone()).collect();
+        // A holder whose Node is gone *and* whose owner reference the garbage collector
+        // removed: the admission policy lets the coordinator free only such a slot.
+        let gone = |s: &Slot| {
+            let Some(h) = s.holder.as_deref() else {
+                return false;
+            };
+            let lease = self.slots.iter().find(|(x, _)| x.index == s.index);
+            !nodes.contains(h) && lease.is_some_and(|(_, l)| !owned_by_node(l, h))
+        };
+        let name = shim.name_any();
+        let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
+        actions.extend(plan_stamps(self.limits, &plain, &actions));
+        for action in actions {
+            match self.write(&api, shim, &action).await {
+                Ok(()) => tracing::debug!(shim = %name, ?action, "slot written"),
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+                    tracing::debug!(shim = %name, ?action, "slot moved meanwhile; next round")
+                }
+                Err(e) => tracing::warn!(shim = %name, ?action, "cannot write a slot: {e}"),
+            }
+        }
+    }
+
+    /// One planned write of a slot Lease (a slot no longer listed is left for the next round).
+    async fn write(
+        &self,
+        api: &Api<ShimLease>,
+        shim: &Shim,
+        action: &SlotAction,
+    ) -> Result<(), kube::Error> {
+        let name = shim.name_any();
+        let count = self.limits.slots;
+        let lease = |i: u32| {
+            self.slots
+                .iter()
+                .find(|(s, _)| s.index == i)
+                .map(|(_, l)| l.clone())
+        };
+        let replace = |l: ShimLease| async move {
+            api.replace(&l.name_any(), &PostParams::default(), &l)
+                .await
+                .map(|_| ())
+        };
+        match action {
+            SlotAction::Create { index, closed } => {
+                let l = lease_edits::create(shim, *index, *closed, count);
+                api.create(&PostParams::default(), &l).await.map(|_| ())
+            }
+            SlotAction::Delete {
+                index,
+                resource_version,
+            } => {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        resource_version: Some(resource_version.clone()),
+                        uid: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                api.delete(&slot_name(&name, *index), &dp).await.map(|_| ())
+            }
+            SlotAction::Mark { index, closed, .. } => match lease(*index) {
+                Some(l) => replace(lease_edits::stamp(lease_edits::close(l, *closed), count)).await,
+                None => Ok(()),
+            },
+            SlotAction::Free { index, .. } => match lease(*index) {
+                Some(l) => {
+                    tracing::warn!(shim = %name, slot = index, holder = ?l.spec.holder_identity, "freeing the slot of a deleted Node");
+                    replace(lease_edits::free(l)).await
+                }
+                None => Ok(()),
+            },
+            SlotAction::Stamp { index, .. } => match lease(*index) {
+                Some(l) => replace(lease_edits::stamp(l, count)).await,
+                None => Ok(()),
+            },
+        }
+    }
+}
