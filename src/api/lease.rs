@@ -1,5 +1,5 @@
 //! `ShimLease`: a Lease for shim-agent's coordination (the coordinator election, and the
-//! rollout slots), in [`NAMESPACE`](super::manifests::NAMESPACE).
+//! rollout slots), in [`NAMESPACE`].
 //!
 //! Why not `coordination.k8s.io/v1` Leases: the NodeRestriction admission plugin lets a
 //! kubelet identity (`system:node:<name>`) write only its own Lease in `kube-node-lease`, so
@@ -9,6 +9,12 @@
 //! Lease's, so client-go's election semantics carry over unchanged.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The namespace of shim-agent's Leases (and its ServiceAccounts).
+pub const NAMESPACE: &str = "shim-agent-system";
 
 // The wire names of rollout slots (docs/design.md §5): the agents, the coordinator and the
 // admission policies (api::policies) all read them.
@@ -25,9 +31,6 @@ pub const SLOT_FREED: &str = "containerd.x-k8s.io/slot-freed-from";
 /// Annotation on a slot Lease: N, the Shim's slot count the coordinator keeps now. A waiting
 /// node that sees it differ from the N it chose its candidates by lists the slots again.
 pub const SLOT_COUNT: &str = "containerd.x-k8s.io/slot-count";
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 /// The same fields as `coordination.k8s.io/v1` LeaseSpec.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

@@ -9,20 +9,19 @@
 //! `system:nodes` is granted, every kubelet of the cluster holds.
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;
 use serde::Serialize;
 
 use super::Shim;
 use super::extension::ShimExtension;
 use super::lease::ShimLease;
+use super::meta;
 use super::rbac::{self, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT};
 
 pub use super::policies::{SHIM_WRITES_POLICY, SLOT_WRITES_POLICY};
 pub use super::rbac::{AGENT_GROUP, COORDINATOR_GROUP, RBAC_NAME};
 
-/// Namespace holding the rollout Leases.
-pub const NAMESPACE: &str = "shim-agent-system";
+pub use super::lease::NAMESPACE;
 /// The CRDs (Shim, ShimLease, ShimExtension) as one YAML stream.
 pub fn crd_yaml() -> anyhow::Result<String> {
     let mut out = String::new();
@@ -45,22 +44,6 @@ pub fn crd_yaml() -> anyhow::Result<String> {
         &ShimExtension::crd(),
     )?;
     Ok(out)
-}
-
-/// Metadata with the project's name label.
-pub(super) fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: namespace.map(str::to_string),
-        labels: Some(
-            [(
-                "app.kubernetes.io/name".to_string(),
-                "shim-agent".to_string(),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    }
 }
 
 fn push_doc<T: Serialize>(

@@ -16,8 +16,8 @@
 //!   writes for a Shim has that Shim's name for it, its handler and its node label; and the
 //!   RuntimeClass a Shim names can belong to no other owner.
 
+use super::lease::NAMESPACE;
 use super::lease::{SLOT_FAILED, SLOT_SHIM_LABEL};
-use super::manifests::NAMESPACE;
 use super::rbac::{
     AGENT_GROUP, AGENT_USER_PREFIX, COORDINATOR_GROUP, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT,
 };

@@ -18,7 +18,8 @@ use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 
-use super::manifests::{NAMESPACE, meta};
+use super::lease::NAMESPACE;
+use super::meta;
 
 /// Group of dedicated node-agent identities (instead of the kubelet's).
 pub const AGENT_GROUP: &str = "containerd.x-k8s.io:shim-agents";

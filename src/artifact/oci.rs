@@ -21,6 +21,17 @@ use super::{ArtifactError, Fetcher, Store, StoredArtifact};
 /// The annotation that carries a layer's file name (ORAS sets it).
 const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
 
+/// The layer's file name from its title annotation, when it is a plain file name.
+fn layer_title(layer: &OciDescriptor) -> String {
+    layer
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TITLE_ANNOTATION))
+        .filter(|t| !t.contains('/') && !t.is_empty() && t.as_str() != "..")
+        .cloned()
+        .unwrap_or_else(|| "artifact".to_string())
+}
+
 impl Fetcher {
     /// Pull the shim layer of an OCI artifact into the store.
     pub async fn fetch_oci_into_store(
@@ -46,13 +57,46 @@ impl Fetcher {
         }
 
         let client = self.oci_client(src);
-        let auth = match &src.auth {
+        let manifest = self.pull_manifest(&client, &reference, &src.auth).await?;
+        let layer = pick_layer(&manifest, src.layer.as_deref(), &shown)?;
+        let layer_digest = parse_sha256(&layer.digest)?;
+        if let Some(found) = store.get(&layer_digest) {
+            self.remember_ref(store, ref_key.as_deref(), &layer_digest);
+            return Ok(found);
+        }
+        let bare_name = layer_title(&layer);
+        let staging = store.staging()?;
+        let ctx = PipelineCtx {
+            location: &shown,
+            bare_name: &bare_name,
+            expected: Some(&layer_digest),
+            limits: &self.limits,
+            progress: self.progress,
+        };
+        let digest = self
+            .pull_layer(&client, &reference, &layer, &staging, &ctx)
+            .await?;
+        let stored = store.commit(staging, &digest)?;
+        self.remember_ref(store, ref_key.as_deref(), &digest);
+        tracing::info!(reference = %shown, %digest, "OCI artifact verified and stored");
+        Ok(stored)
+    }
+
+    /// The manifest a pinned reference names (oci-client checks it against the digest).
+    async fn pull_manifest(
+        &self,
+        client: &Client,
+        reference: &Reference,
+        auth: &OciAuth,
+    ) -> Result<OciImageManifest, ArtifactError> {
+        let shown = reference.whole();
+        let auth = match auth {
             OciAuth::Anonymous => RegistryAuth::Anonymous,
             OciAuth::Bearer(t) => RegistryAuth::Bearer(t.clone()),
         };
         let (manifest, _) = self
             .with_retries(&shown, |_| {
-                let (client, reference, auth, shown) = (&client, &reference, &auth, &shown);
+                let (auth, shown) = (&auth, &shown);
                 async move {
                     client
                         .auth(reference, auth, oci_client::RegistryOperation::Pull)
@@ -65,59 +109,42 @@ impl Fetcher {
                 }
             })
             .await?;
-        let layer = pick_layer(&manifest, src.layer.as_deref(), &shown)?;
-        let layer_digest = parse_sha256(&layer.digest)?;
-        if let Some(found) = store.get(&layer_digest) {
-            self.remember_ref(store, ref_key.as_deref(), &layer_digest);
-            return Ok(found);
-        }
-        let bare_name = layer
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(TITLE_ANNOTATION))
-            .filter(|t| !t.contains('/') && !t.is_empty() && t.as_str() != "..")
-            .cloned()
-            .unwrap_or_else(|| "artifact".to_string());
-        let staging = store.staging()?;
-        let ctx = PipelineCtx {
-            location: &shown,
-            bare_name: &bare_name,
-            expected: Some(&layer_digest),
-            limits: &self.limits,
-            progress: self.progress,
-        };
-        let digest = self
-            .with_retries(&shown, |attempt| {
-                let (client, reference, layer, staging, ctx) =
-                    (&client, &reference, &layer, &staging, &ctx);
-                async move {
-                    if attempt > 1 {
-                        staging.reset()?;
-                    }
-                    let sized = client
-                        .pull_blob_stream(reference, layer)
-                        .await
-                        .map_err(|e| map_oci(ctx.location, e))?;
-                    let shown = ctx.location.to_string();
-                    let stream = sized.stream.map(move |r| {
-                        r.map_err(|e| ArtifactError::Transfer {
-                            url: shown.clone(),
-                            attempts: 1,
-                            detail: error_chain(&e),
-                        })
-                    });
-                    let download = Download {
-                        stream: Box::pin(stream),
-                        len: sized.content_length,
-                    };
-                    verify_and_unpack(download, staging.path(), ctx).await
-                }
-            })
-            .await?;
-        let stored = store.commit(staging, &digest)?;
-        self.remember_ref(store, ref_key.as_deref(), &digest);
-        tracing::info!(reference = %shown, %digest, "OCI artifact verified and stored");
-        Ok(stored)
+        Ok(manifest)
+    }
+
+    /// The layer, streamed through the verify-and-unpack pipeline into `staging` (retried
+    /// from the start); its digest.
+    async fn pull_layer(
+        &self,
+        client: &Client,
+        reference: &Reference,
+        layer: &OciDescriptor,
+        staging: &super::store::Staging,
+        ctx: &PipelineCtx<'_>,
+    ) -> Result<String, ArtifactError> {
+        self.with_retries(ctx.location, |attempt| async move {
+            if attempt > 1 {
+                staging.reset()?;
+            }
+            let sized = client
+                .pull_blob_stream(reference, layer)
+                .await
+                .map_err(|e| map_oci(ctx.location, e))?;
+            let shown = ctx.location.to_string();
+            let stream = sized.stream.map(move |r| {
+                r.map_err(|e| ArtifactError::Transfer {
+                    url: shown.clone(),
+                    attempts: 1,
+                    detail: error_chain(&e),
+                })
+            });
+            let download = Download {
+                stream: Box::pin(stream),
+                len: sized.content_length,
+            };
+            verify_and_unpack(download, staging.path(), ctx).await
+        })
+        .await
     }
 
     fn oci_client(&self, src: &OciSource) -> Client {

@@ -52,59 +52,17 @@ pub(crate) async fn verify_and_unpack(
         return Err(too_large(ctx));
     }
     let (tx, rx) = mpsc::channel::<Result<Bytes, ()>>(CHANNEL_CHUNKS);
-    let unpacker = {
-        let (dest, location, bare) = (
-            dest.to_path_buf(),
-            ctx.location.to_string(),
-            ctx.bare_name.to_string(),
-        );
-        let limits = ctx.limits.clone();
-        tokio::task::spawn_blocking(move || {
-            let opts = UnpackOptions {
-                location: &location,
-                bare_name: &bare,
-                limits: &limits,
-            };
-            unpack_stream(
-                ChannelReader {
-                    rx,
-                    cur: Bytes::new(),
-                },
-                &dest,
-                &opts,
-            )
-        })
-    };
+    let unpacker = spawn_unpacker(rx, dest, ctx);
     let bar = super::progress::bar(ctx.progress, len, ctx.location);
-    let mut hasher = Sha256::new();
-    let mut total = 0u64;
-    let mut transfer_error = None;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(chunk) => {
-                total += chunk.len() as u64;
-                if total > ctx.limits.max_download_bytes {
-                    transfer_error = Some(too_large(ctx));
-                    let _ = tx.send(Err(())).await;
-                    break;
-                }
-                hasher.update(&chunk);
-                bar.inc(chunk.len() as u64);
-                if tx.send(Ok(chunk)).await.is_err() {
-                    break; // the unpacker stopped; its error says why
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(Err(())).await;
-                transfer_error = Some(e);
-                break;
-            }
-        }
-    }
+    let fed = feed(&mut stream, &tx, &bar, ctx).await;
     drop(tx);
     let unpacked = unpacker.await;
     bar.finish_and_clear();
-    let actual = hex::encode(hasher.finalize());
+    let Fed {
+        actual,
+        total,
+        transfer_error,
+    } = fed;
     if let Some(e) = transfer_error {
         // Every byte arrived and the source only then complained (a registry's own
         // digest check): report the mismatch itself, which is not worth a retry.
@@ -132,6 +90,80 @@ pub(crate) async fn verify_and_unpack(
     match ctx.expected {
         Some(expected) if expected != actual => Err(mismatch(ctx, expected, actual)),
         _ => Ok(actual),
+    }
+}
+
+/// The unpacker, on a blocking thread, reading the chunks `rx` brings.
+fn spawn_unpacker(
+    rx: mpsc::Receiver<Result<Bytes, ()>>,
+    dest: &Path,
+    ctx: &PipelineCtx<'_>,
+) -> tokio::task::JoinHandle<Result<super::unpack::UnpackSummary, ArtifactError>> {
+    let (dest, location, bare) = (
+        dest.to_path_buf(),
+        ctx.location.to_string(),
+        ctx.bare_name.to_string(),
+    );
+    let limits = ctx.limits.clone();
+    tokio::task::spawn_blocking(move || {
+        let opts = UnpackOptions {
+            location: &location,
+            bare_name: &bare,
+            limits: &limits,
+        };
+        let reader = ChannelReader {
+            rx,
+            cur: Bytes::new(),
+        };
+        unpack_stream(reader, &dest, &opts)
+    })
+}
+
+/// What the download gave: the digest of the bytes that arrived, how many, and the transfer's
+/// error if it broke off.
+struct Fed {
+    actual: String,
+    total: u64,
+    transfer_error: Option<ArtifactError>,
+}
+
+/// Count, hash and hand over each chunk until the stream ends, fails, passes the download
+/// limit or the unpacker stops (its error then says why).
+async fn feed(
+    stream: &mut ByteStream,
+    tx: &mpsc::Sender<Result<Bytes, ()>>,
+    bar: &indicatif::ProgressBar,
+    ctx: &PipelineCtx<'_>,
+) -> Fed {
+    let mut hasher = Sha256::new();
+    let mut total = 0u64;
+    let mut transfer_error = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => {
+                total += chunk.len() as u64;
+                if total > ctx.limits.max_download_bytes {
+                    transfer_error = Some(too_large(ctx));
+                    let _ = tx.send(Err(())).await;
+                    break;
+                }
+                hasher.update(&chunk);
+                bar.inc(chunk.len() as u64);
+                if tx.send(Ok(chunk)).await.is_err() {
+                    break;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(())).await;
+                transfer_error = Some(e);
+                break;
+            }
+        }
+    }
+    Fed {
+        actual: hex::encode(hasher.finalize()),
+        total,
+        transfer_error,
     }
 }
 

@@ -251,25 +251,7 @@ impl Unpacker<'_> {
         match kind {
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let size = entry.size();
-                if size > limits.max_file_bytes {
-                    return Err(self.too_large(
-                        &name,
-                        format!(
-                            "{size} bytes, above the per-file limit of {}",
-                            limits.max_file_bytes
-                        ),
-                    ));
-                }
-                // its data would take the tar stream past the cap
-                if self.meter.read().saturating_add(size) > limits.max_unpacked_bytes {
-                    return Err(self.too_large(
-                        &name,
-                        format!(
-                            "{size} more bytes would exceed the unpacked limit of {}",
-                            limits.max_unpacked_bytes
-                        ),
-                    ));
-                }
+                self.check_file_size(&name, size)?;
                 let file_mode = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
                 self.write_file(&mut entry, &target, &name, size, file_mode)
             }
@@ -285,28 +267,58 @@ impl Unpacker<'_> {
                 let link = entry
                     .link_name_bytes()
                     .ok_or_else(|| self.unsafe_entry(&name, "hard link without a target"))?;
-                let shown = shown_name(&link);
-                let to = safe_relative(&link)
-                    .map_err(|rule| {
-                        self.unsafe_entry(&name, format!("hard link to {shown:?}: {rule}"))
-                    })?
-                    .ok_or_else(|| self.unsafe_entry(&name, "hard link to the root directory"))?;
-                self.check_parents(&to, &name, false)?;
-                let src = self.dest.join(&to);
-                match fs::symlink_metadata(&src) {
-                    Ok(m) if m.is_file() => fs::hard_link(&src, &target)
-                        .map_err(|e| ArtifactError::io("create hard link", &target, e)),
-                    _ => Err(self.unsafe_entry(
-                        &name,
-                        format!("hard link to {shown:?}, which is not an earlier regular file in the archive"),
-                    )),
-                }
+                self.hard_link(&name, &link, &target)
             }
             other => Err(self.unsafe_entry(
                 &name,
                 format!(
                     "entry type {} is not allowed (only files, directories and links)",
                     describe_type(other)
+                ),
+            )),
+        }
+    }
+
+    /// A file's size against the per-file limit, and what its data adds to the unpacked total.
+    fn check_file_size(&self, name: &str, size: u64) -> Result<(), ArtifactError> {
+        let limits = self.opts.limits;
+        if size > limits.max_file_bytes {
+            return Err(self.too_large(
+                name,
+                format!(
+                    "{size} bytes, above the per-file limit of {}",
+                    limits.max_file_bytes
+                ),
+            ));
+        }
+        // its data would take the tar stream past the cap
+        if self.meter.read().saturating_add(size) > limits.max_unpacked_bytes {
+            return Err(self.too_large(
+                name,
+                format!(
+                    "{size} more bytes would exceed the unpacked limit of {}",
+                    limits.max_unpacked_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A hard link `target` to `link`: only to a regular file the archive wrote earlier.
+    fn hard_link(&self, name: &str, link: &[u8], target: &Path) -> Result<(), ArtifactError> {
+        let shown = shown_name(link);
+        let to = safe_relative(link)
+            .map_err(|rule| self.unsafe_entry(name, format!("hard link to {shown:?}: {rule}")))?
+            .ok_or_else(|| self.unsafe_entry(name, "hard link to the root directory"))?;
+        self.check_parents(&to, name, false)?;
+        let src = self.dest.join(&to);
+        match fs::symlink_metadata(&src) {
+            Ok(m) if m.is_file() => fs::hard_link(&src, target)
+                .map_err(|e| ArtifactError::io("create hard link", target, e)),
+            _ => Err(self.unsafe_entry(
+                name,
+                format!(
+                    "hard link to {shown:?}, which is not an earlier regular file in the archive"
                 ),
             )),
         }

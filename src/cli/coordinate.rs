@@ -10,8 +10,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::cluster::connect::{self, Source};
+use crate::cluster::coordinator::election::Timings;
 use crate::cluster::coordinator::{self, CoordinatorConfig};
-use crate::cluster::election::Timings;
 use crate::settings::Settings;
 
 /// Run the coordinator with `kubeconfig` (else in-cluster) as `identity` (else the host

@@ -7,7 +7,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::{Resource, ResourceExt};
 
-use super::NAMESPACE;
+use super::names::NAMESPACE;
 use super::slots::{
     Closed, Failure, SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL,
     SLOT_SHIM_LABEL, slot_name,

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::names::{GROUP, STATE_ANNOTATION, node_label};
 use super::target::{Inputs, NodePlan, wanted_from_cluster};
-use super::{GROUP, STATE_ANNOTATION, node_label};
 use crate::state::ShimState;
 
 /// Where one Shim stands on one node.
@@ -106,40 +106,17 @@ pub fn states_wanted(
     previous: &NodeStates,
     now: &str,
 ) -> NodeStates {
-    let mut out = NodeStates::new();
-    let mut put = |name: &str, phase, digest, reason: Option<&str>, message, generation| {
-        let since = match previous.get(name) {
-            Some(p) if p.phase == phase => p.since.clone(),
-            _ => now.to_string(),
-        };
-        out.insert(
-            name.to_string(),
-            ShimNodeState {
-                phase,
-                digest,
-                reason: reason.map(str::to_string),
-                message,
-                generation,
-                since,
-                retained: Vec::new(),
-            },
-        );
+    let mut states = States {
+        out: NodeStates::new(),
+        previous,
+        now,
     };
     for shim in wanted_from_cluster(inputs) {
         let name = shim.name();
-        let generation = shim.metadata.generation;
         let rec = inputs.state.shims.get(name);
         let digest = rec.map(|r| r.artifact_sha256.clone());
         if let Some(f) = failures.get(name) {
-            let msg = Some(f.message.clone());
-            put(
-                name,
-                NodePhase::Failed,
-                digest,
-                Some(&f.reason),
-                msg,
-                f.generation,
-            );
+            states.failed(name, digest, f, f.generation);
             continue;
         }
         let phase = match rec {
@@ -149,20 +126,14 @@ pub fn states_wanted(
             Some(r) if r.spec_hash != shim.spec_hash() => NodePhase::Upgrading,
             Some(_) => NodePhase::Installed,
         };
-        put(name, phase, digest, None, None, generation);
+        states.put(name, phase, digest, None, shim.metadata.generation);
     }
     for name in &plan.conflicts {
-        let msg = Some(format!(
-            "a static Shim {name:?} in shims.d runs on this node instead of the cluster's"
-        ));
-        put(
-            name,
-            NodePhase::Conflict,
-            None,
-            Some("StaticShimWins"),
-            msg,
-            None,
+        let note = (
+            "StaticShimWins",
+            format!("a static Shim {name:?} in shims.d runs on this node instead of the cluster's"),
         );
+        states.put(name, NodePhase::Conflict, None, Some(note), None);
     }
     for name in &plan.unlabel {
         let digest = inputs
@@ -172,25 +143,70 @@ pub fn states_wanted(
             .map(|r| r.artifact_sha256.clone());
         match (plan.blocked.get(name), failures.get(name)) {
             (Some(pods), _) => {
-                let msg = Some(format!("pods still use it: {}", pods.join(", ")));
-                put(
-                    name,
-                    NodePhase::Blocked,
-                    digest,
-                    Some("PodsUseRuntimeClass"),
-                    msg,
-                    None,
+                let note = (
+                    "PodsUseRuntimeClass",
+                    format!("pods still use it: {}", pods.join(", ")),
                 );
+                states.put(name, NodePhase::Blocked, digest, Some(note), None);
             }
-            (None, Some(f)) => {
-                let msg = Some(f.message.clone());
-                put(name, NodePhase::Failed, digest, Some(&f.reason), msg, None);
-            }
-            (None, None) => put(name, NodePhase::Uninstalling, digest, None, None, None),
+            (None, Some(f)) => states.failed(name, digest, f, None),
+            (None, None) => states.put(name, NodePhase::Uninstalling, digest, None, None),
         }
     }
+    let mut out = states.out;
     add_retained(&mut out, inputs, previous, now);
     out
+}
+
+/// The states being built, each keeping its `since` from `previous` while its phase stays.
+struct States<'p> {
+    out: NodeStates,
+    previous: &'p NodeStates,
+    now: &'p str,
+}
+
+impl States<'_> {
+    /// `name` in `phase`, with a reason and message when there is something to say.
+    fn put(
+        &mut self,
+        name: &str,
+        phase: NodePhase,
+        digest: Option<String>,
+        note: Option<(&str, String)>,
+        generation: Option<i64>,
+    ) {
+        let since = match self.previous.get(name) {
+            Some(p) if p.phase == phase => p.since.clone(),
+            _ => self.now.to_string(),
+        };
+        let (reason, message) = match note {
+            Some((r, m)) => (Some(r.to_string()), Some(m)),
+            None => (None, None),
+        };
+        self.out.insert(
+            name.to_string(),
+            ShimNodeState {
+                phase,
+                digest,
+                reason,
+                message,
+                generation,
+                since,
+                retained: Vec::new(),
+            },
+        );
+    }
+
+    fn failed(
+        &mut self,
+        name: &str,
+        digest: Option<String>,
+        f: &FailureNote,
+        generation: Option<i64>,
+    ) {
+        let note = Some((f.reason.as_str(), f.message.clone()));
+        self.put(name, NodePhase::Failed, digest, note, generation);
+    }
 }
 
 /// The node's retained versions on their Shims' entries (an entry of phase `Retained` for a

@@ -6,10 +6,10 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::{mpsc, watch as tokio_watch};
 
+use super::agent::gate::GateTimings;
 use super::agent::{Agent, Exit};
 use super::connect::{self, CredentialWatch, Source};
 use super::coordinator::{self, CoordinatorConfig};
-use super::gate::GateTimings;
 use crate::txn::{HealthCheck, Node, Restarter};
 
 /// Settings of a cluster session.
@@ -44,7 +44,7 @@ impl SessionConfig {
             coordinator_source: (!coordinator.is_empty())
                 .then(|| Source::Kubeconfig(coordinator.into())),
             coordinator: CoordinatorConfig {
-                timings: super::election::Timings {
+                timings: super::coordinator::election::Timings {
                     lease_duration: secs(k.lease_duration_secs),
                     renew_deadline: secs(k.renew_deadline_secs),
                     retry_period: secs(k.retry_period_secs),
@@ -154,10 +154,15 @@ async fn recover<R: Restarter, H: HealthCheck>(
         Ok(dir) => crate::statics::read_static_shims(&dir).0,
         Err(_) => Vec::new(),
     };
-    let gate =
-        super::gate::SlotGate::new(client.clone(), &config.node_name, &uid, &shims, config.gate)
-            .until(shutdown.clone())
-            .except(statics.iter().map(|s| s.name().to_string()));
+    let gate = super::agent::gate::SlotGate::new(
+        client.clone(),
+        &config.node_name,
+        &uid,
+        &shims,
+        config.gate,
+    )
+    .until(shutdown.clone())
+    .except(statics.iter().map(|s| s.name().to_string()));
     node.recover_gated(store, state, &gate).await
 }
 

@@ -1,6 +1,6 @@
 //! Rollout slots (docs/design.md §5), the pure part: how many slots a Shim gets, what the
 //! coordinator does to its slot Leases, when a rollout halts, and which slots a waiting node
-//! watches. No I/O; the Lease writes are in [`super::gate`] (agents) and the coordinator.
+//! watches. No I/O; the Lease writes are in [`super::agent::gate`] (agents) and the coordinator.
 //!
 //! # Rules
 //! - A node needs a slot of a Shim for every containerd restart that Shim's change causes.
@@ -293,53 +293,21 @@ pub fn plan_slots(
     }
     let free = |s: &Slot| s.is_free() || freed.contains(&s.index);
     let n = limits.slots.unwrap_or(0);
-    // Above the bound (or no limit at all): retire.
-    for s in slots.iter().filter(|s| s.index >= n) {
-        if free(s) {
-            if !freed.contains(&s.index) {
-                out.push(SlotAction::Delete {
-                    index: s.index,
-                    resource_version: s.resource_version.clone(),
-                });
-            }
-        } else if s.closed != Some(Closed::Retired) {
-            out.push(SlotAction::Mark {
-                index: s.index,
-                closed: Some(Closed::Retired),
-                resource_version: s.resource_version.clone(),
-            });
-        }
-    }
+    retire_above(n, slots, &free, &freed, &mut out);
     let held = slots.iter().filter(|s| !free(s)).count() as u32;
-    let mut budget = if halted { 0 } else { n.saturating_sub(held) };
+    let mut open = Opening {
+        budget: if halted { 0 } else { n.saturating_sub(held) },
+        halted,
+    };
     for index in 0..n {
-        let want_open = |budget: &mut u32| {
-            if *budget > 0 {
-                *budget -= 1;
-                None
-            } else if halted {
-                Some(Closed::Halted)
-            } else {
-                Some(Closed::Budget)
-            }
-        };
         match slots.iter().find(|s| s.index == index) {
             None => out.push(SlotAction::Create {
                 index,
-                closed: want_open(&mut budget),
+                closed: open.next(),
             }),
             // Freed this round: its new resourceVersion is not known yet; next round marks it.
             Some(s) if freed.contains(&s.index) => {}
-            Some(s) if free(s) => {
-                let closed = want_open(&mut budget);
-                if closed != s.closed {
-                    out.push(SlotAction::Mark {
-                        index,
-                        closed,
-                        resource_version: s.resource_version.clone(),
-                    });
-                }
-            }
+            Some(s) if free(s) => mark(s, open.next(), &mut out),
             // Held: the holder finishes whatever the mark says, but the mark decides whether
             // the slot is open once released. Closed while halted, and while more nodes hold
             // slots than N allows (after N shrank), so no release lets a new node in.
@@ -351,17 +319,66 @@ pub fn plan_slots(
                 } else {
                     None
                 };
-                if closed != s.closed {
-                    out.push(SlotAction::Mark {
-                        index,
-                        closed,
-                        resource_version: s.resource_version.clone(),
-                    });
-                }
+                mark(s, closed, &mut out);
             }
         }
     }
     out
+}
+
+/// The slots at or above the bound N (or all, with no limit) are retired: deleted when free
+/// (and not freed this round), marked retired while held.
+fn retire_above(
+    n: u32,
+    slots: &[Slot],
+    free: &impl Fn(&Slot) -> bool,
+    freed: &BTreeSet<u32>,
+    out: &mut Vec<SlotAction>,
+) {
+    for s in slots.iter().filter(|s| s.index >= n) {
+        if free(s) {
+            if !freed.contains(&s.index) {
+                out.push(SlotAction::Delete {
+                    index: s.index,
+                    resource_version: s.resource_version.clone(),
+                });
+            }
+        } else if s.closed != Some(Closed::Retired) {
+            mark(s, Some(Closed::Retired), out);
+        }
+    }
+}
+
+/// How many free slots may open: the budget left, in slot order; the rest stay closed
+/// (halted, or over the budget).
+struct Opening {
+    budget: u32,
+    halted: bool,
+}
+
+impl Opening {
+    /// The close mark of the next free slot.
+    fn next(&mut self) -> Option<Closed> {
+        if self.budget > 0 {
+            self.budget -= 1;
+            None
+        } else if self.halted {
+            Some(Closed::Halted)
+        } else {
+            Some(Closed::Budget)
+        }
+    }
+}
+
+/// Mark `s` closed as `closed` says, unless it is already.
+fn mark(s: &Slot, closed: Option<Closed>, out: &mut Vec<SlotAction>) {
+    if closed != s.closed {
+        out.push(SlotAction::Mark {
+            index: s.index,
+            closed,
+            resource_version: s.resource_version.clone(),
+        });
+    }
 }
 
 /// Stamps of N on the kept slots (below N) that show another N and that `planned` does not

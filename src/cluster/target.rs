@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::CONTROL_PLANE_LABEL;
+use super::names::CONTROL_PLANE_LABEL;
 use crate::api::Shim;
 use crate::state::{NodeState, Origin, ShimState};
 use crate::txn::Change;

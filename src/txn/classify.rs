@@ -6,8 +6,20 @@
 
 use std::collections::BTreeSet;
 
-use super::engine::Change;
-use crate::state::NodeState;
+use crate::api::Shim;
+use crate::state::{NodeState, Origin};
+
+/// One requested change.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Install or upgrade this Shim.
+    Install(Box<Shim>),
+    /// Install or upgrade this Shim, recording where it came from (instead of the node's
+    /// default origin).
+    InstallAs(Box<Shim>, Origin),
+    /// Uninstall the Shim with this name.
+    Uninstall(String),
+}
 
 /// What the host looks like, as far as the decision needs it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::classify::{HostFacts, Work, classify, handler_in_use_message, handler_owner};
+use super::classify::{Change, HostFacts, Work, classify, handler_in_use_message, handler_owner};
 use super::error::{StepError, TxnError, TxnReason};
 use super::files::{Undo, backups_dir, stage_backups};
 use super::machine::{self, Event, Next};
@@ -46,18 +46,6 @@ use crate::settings::Settings;
 use crate::state::{
     ConfigRecord, InstalledShim, Journal, NodeState, Origin, Phase, StateStore, TxnKind,
 };
-
-/// One requested change.
-#[derive(Debug, Clone)]
-pub enum Change {
-    /// Install or upgrade this Shim.
-    Install(Box<Shim>),
-    /// Install or upgrade this Shim, recording where it came from (instead of the node's
-    /// default origin).
-    InstallAs(Box<Shim>, Origin),
-    /// Uninstall the Shim with this name.
-    Uninstall(String),
-}
 
 /// What a transaction did, with the time of each phase (for the overhead benchmark).
 #[derive(Debug, Clone, Default)]
@@ -89,6 +77,25 @@ struct Steps<'a> {
     plan: &'a Plan,
     /// Every change only repairs drift.
     repair: bool,
+}
+
+/// A batch's changes that do work.
+struct Sorted {
+    installs: Vec<(Box<Shim>, Origin)>,
+    removes: Vec<InstalledShim>,
+    /// Every install only repairs drift.
+    repair: bool,
+}
+
+impl Steps<'_> {
+    /// The Shims of the transaction: those installed, then those removed.
+    fn names(&self) -> Vec<String> {
+        self.prepared
+            .iter()
+            .map(|p| p.record.name.clone())
+            .chain(self.removes.iter().map(|r| r.name.clone()))
+            .collect()
+    }
 }
 
 /// A change after fetching: everything needed to apply it.
@@ -248,37 +255,14 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     ) -> anyhow::Result<Report> {
         let mut report = Report::default();
         let t0 = Instant::now();
-        let mut installs = Vec::new();
-        let mut removes = Vec::new();
         let current = self.load_config()?;
         let facts = self.host_facts_of(&current, state);
-        let mut repair = true;
-        for c in changes {
-            let work = classify(&c, state, &facts);
-            let (shim, origin) = match c {
-                Change::Install(s) => (s, self.origin),
-                Change::InstallAs(s, o) => (s, o),
-                Change::Uninstall(name) => {
-                    match state.shims.get(&name) {
-                        Some(rec) => removes.push(rec.clone()),
-                        None => report.unchanged.push(name),
-                    }
-                    continue;
-                }
-            };
-            if work == Work::Unchanged {
-                report.unchanged.push(shim.name().to_string());
-                continue;
-            }
-            repair &= work == Work::Repair;
-            if let Some(other) = handler_owner(state, &shim) {
-                let message = handler_in_use_message(&shim, other);
-                return Err(TxnError::new(TxnReason::HandlerInUse, message)
-                    .blaming(shim.name())
-                    .into());
-            }
-            installs.push((shim, origin));
-        }
+        let sorted = self.sort_changes(changes, state, &facts, &mut report)?;
+        let Sorted {
+            installs,
+            removes,
+            repair,
+        } = sorted;
         if installs.is_empty() && removes.is_empty() {
             return Ok(report);
         }
@@ -337,8 +321,52 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         result.map(|()| report)
     }
 
+    /// The changes that do work, as installs and removes (the rest are reported unchanged);
+    /// a handler another Shim holds refuses the batch.
+    fn sort_changes(
+        &self,
+        changes: Vec<Change>,
+        state: &NodeState,
+        facts: &HostFacts,
+        report: &mut Report,
+    ) -> anyhow::Result<Sorted> {
+        let mut installs = Vec::new();
+        let mut removes = Vec::new();
+        let mut repair = true;
+        for c in changes {
+            let work = classify(&c, state, facts);
+            let (shim, origin) = match c {
+                Change::Install(s) => (s, self.origin),
+                Change::InstallAs(s, o) => (s, o),
+                Change::Uninstall(name) => {
+                    match state.shims.get(&name) {
+                        Some(rec) => removes.push(rec.clone()),
+                        None => report.unchanged.push(name),
+                    }
+                    continue;
+                }
+            };
+            if work == Work::Unchanged {
+                report.unchanged.push(shim.name().to_string());
+                continue;
+            }
+            repair &= work == Work::Repair;
+            if let Some(other) = handler_owner(state, &shim) {
+                let message = handler_in_use_message(&shim, other);
+                return Err(TxnError::new(TxnReason::HandlerInUse, message)
+                    .blaming(shim.name())
+                    .into());
+            }
+            installs.push((shim, origin));
+        }
+        Ok(Sorted {
+            installs,
+            removes,
+            repair,
+        })
+    }
+
     /// The journalled steps of one transaction, from Planned to Committed.
-    #[allow(clippy::too_many_lines)]
     async fn run<G: Gate>(
         &self,
         store: &StateStore,
@@ -348,11 +376,45 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         undo: &mut Undo,
         report: &mut Report,
     ) -> anyhow::Result<()> {
+        let kind = self.plan_journal(store, state, steps)?;
+        self.take_slots(store, state, steps, kind, gate).await?;
+        let t = Instant::now();
+        self.stage(store, state, steps, kind, undo)?;
+        report.phases.push((Phase::Staged, t.elapsed()));
+        let t = Instant::now();
+        if let Err(e) = self.apply_files(steps.prepared, steps.plan, undo) {
+            return self
+                .fail(store, state, StepError::text(format!("{e:#}")))
+                .await;
+        }
+        self.event(store, state, Event::Applied)?;
+        report.phases.push((Phase::Applied, t.elapsed()));
+        let t = Instant::now();
+        self.restart_containerd(store, state, steps, gate, report)
+            .await?;
+        report.phases.push((Phase::Restarted, t.elapsed()));
+        let t = Instant::now();
+        self.verify_served(store, state, steps).await?;
+        report.phases.push((Phase::Verified, t.elapsed()));
+        let t = Instant::now();
+        self.commit(store, state, report)?;
+        report.phases.push((Phase::Committed, t.elapsed()));
+        Ok(())
+    }
+
+    /// Planned, then Fetched: the journal names the transaction's Shims before anything on the
+    /// host changes.
+    fn plan_journal(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        steps: &Steps<'_>,
+    ) -> anyhow::Result<TxnKind> {
         let Steps {
             prepared,
             removes,
-            plan,
             repair,
+            ..
         } = *steps;
         let id = format!("{}-{}", now_secs(), std::process::id());
         let kind = match (prepared, removes) {
@@ -360,12 +422,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             (p, _) if p.iter().any(|x| x.previous.is_some()) => TxnKind::Upgrade,
             _ => TxnKind::Install,
         };
-        let shims = prepared
-            .iter()
-            .map(|p| p.record.name.clone())
-            .chain(removes.iter().map(|r| r.name.clone()))
-            .collect();
-        let mut journal = Journal::planned(id.clone(), kind, shims);
+        let mut journal = Journal::planned(id, kind, steps.names());
         journal.pending = prepared.iter().map(|p| p.record.clone()).collect();
         journal.removing = removes.iter().map(|r| r.handler.clone()).collect();
         journal.repair = repair;
@@ -373,14 +430,22 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         store.save(state)?;
         failpoint("txn::planned");
         self.event(store, state, Event::Fetched)?;
-        // A slot of every Shim in the batch before the host changes, when containerd will
-        // restart; the names in order, so two nodes never wait on each other's slots.
-        if !plan.is_empty() {
-            let mut names: Vec<String> = prepared
-                .iter()
-                .map(|p| p.record.name.clone())
-                .chain(removes.iter().map(|r| r.name.clone()))
-                .collect();
+        Ok(kind)
+    }
+
+    /// SlotAcquired: a slot of every Shim in the batch before the host changes, when
+    /// containerd will restart (the names in order, so two nodes never wait on each other's
+    /// slots). Without one the transaction ends here, nothing changed.
+    async fn take_slots<G: Gate>(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        steps: &Steps<'_>,
+        kind: TxnKind,
+        gate: &G,
+    ) -> anyhow::Result<()> {
+        if !steps.plan.is_empty() {
+            let mut names = steps.names();
             names.sort();
             names.dedup();
             let waited = Instant::now();
@@ -397,15 +462,31 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             }
             notices::doing("applying", &names);
         }
-        self.event(store, state, Event::SlotAcquired)?;
+        self.event(store, state, Event::SlotAcquired)
+    }
 
-        let t = Instant::now();
-        let mut touched: Vec<String> = plan
+    /// Staged: a backup of every file the transaction touches; if that fails, the
+    /// transaction ends with nothing changed.
+    fn stage(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        steps: &Steps<'_>,
+        kind: TxnKind,
+        undo: &mut Undo,
+    ) -> anyhow::Result<()> {
+        let mut touched: Vec<String> = steps
+            .plan
             .changes
             .iter()
             .map(|c| c.host_path.display().to_string())
             .collect();
-        touched.extend(prepared.iter().map(|p| p.record.binary.clone()));
+        touched.extend(steps.prepared.iter().map(|p| p.record.binary.clone()));
+        let id = state
+            .journal
+            .as_ref()
+            .map(|j| j.id.clone())
+            .unwrap_or_default();
         let backups = match stage_backups(self.root, store.dir(), &id, &touched, undo) {
             Ok(b) => b,
             Err(e) => {
@@ -418,22 +499,21 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         if let Some(j) = state.journal.as_mut() {
             j.backups = backups;
         }
-        self.event(store, state, Event::Staged)?;
-        report.phases.push((Phase::Staged, t.elapsed()));
+        self.event(store, state, Event::Staged)
+    }
 
-        let t = Instant::now();
-        if let Err(e) = self.apply_files(prepared, plan, undo) {
-            return self
-                .fail(store, state, StepError::text(format!("{e:#}")))
-                .await;
-        }
-        self.event(store, state, Event::Applied)?;
-        report.phases.push((Phase::Applied, t.elapsed()));
-
-        let t = Instant::now();
-        // containerd reads its config only at start: no config change, no restart (a
-        // binary put back in place is picked up at the next shim start).
-        if !plan.is_empty() {
+    /// Restarted: containerd reads its config only at start, so with a config change the
+    /// slots are renewed and containerd restarted; with none, nothing restarts (a binary put
+    /// back in place is picked up at the next shim start).
+    async fn restart_containerd<G: Gate>(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        steps: &Steps<'_>,
+        gate: &G,
+        report: &mut Report,
+    ) -> anyhow::Result<()> {
+        if !steps.plan.is_empty() {
             if let Err(e) = gate.renew().await {
                 let why = StepError {
                     reason: Some(e.reason()),
@@ -449,22 +529,26 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 return self.fail(store, state, e.into()).await;
             }
         }
-        self.event(store, state, Event::Restarted)?;
-        report.phases.push((Phase::Restarted, t.elapsed()));
+        self.event(store, state, Event::Restarted)
+    }
 
-        let t = Instant::now();
-        let present: Vec<String> = prepared.iter().map(|p| p.record.handler.clone()).collect();
-        let absent: Vec<String> = removes.iter().map(|r| r.handler.clone()).collect();
+    /// Verified: containerd serves every new handler and none of the removed ones.
+    async fn verify_served(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        steps: &Steps<'_>,
+    ) -> anyhow::Result<()> {
+        let present: Vec<String> = steps
+            .prepared
+            .iter()
+            .map(|p| p.record.handler.clone())
+            .collect();
+        let absent: Vec<String> = steps.removes.iter().map(|r| r.handler.clone()).collect();
         if let Err(e) = self.health.verify(&present, &absent).await {
             return self.fail(store, state, e.into()).await;
         }
-        self.event(store, state, Event::Verified)?;
-        report.phases.push((Phase::Verified, t.elapsed()));
-
-        let t = Instant::now();
-        self.commit(store, state, report)?;
-        report.phases.push((Phase::Committed, t.elapsed()));
-        Ok(())
+        self.event(store, state, Event::Verified)
     }
 
     pub(super) fn commit(

@@ -16,6 +16,7 @@
 
 pub mod batch;
 pub mod classify;
+mod collect;
 pub mod engine;
 pub mod error;
 pub mod files;
@@ -28,7 +29,9 @@ pub mod record;
 pub mod recovery;
 pub mod retain;
 
-pub use classify::{HostFacts, Work, classify, handler_in_use_message, handler_owner, real_work};
-pub use engine::{Change, Node, Report};
+pub use classify::{
+    Change, HostFacts, Work, classify, handler_in_use_message, handler_owner, real_work,
+};
+pub use engine::{Node, Report};
 pub use error::{TxnError, TxnReason};
 pub use ports::{DeferredVerification, Gate, HealthCheck, NoRestart, Restarter, Ungated};

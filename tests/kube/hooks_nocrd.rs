@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::Api;
 use kube::api::PostParams;
+use shim_agent::cluster::agent::gate::GateTimings;
 use shim_agent::cluster::connect::Source;
-use shim_agent::cluster::gate::GateTimings;
 use shim_agent::cluster::node_label;
 use shim_agent::cluster::session::{self, SessionConfig};
 

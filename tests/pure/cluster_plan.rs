@@ -7,10 +7,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use shim_agent::api::Shim;
 use shim_agent::api::load::parse_shims;
+use shim_agent::cluster::coordinator::status::{NodeView, compute_status};
 use shim_agent::cluster::nodestate::{
     FailureNote, NodePhase, NodeStates, ShimNodeState, node_patch, states_wanted,
 };
-use shim_agent::cluster::status::{NodeView, compute_status};
 use shim_agent::cluster::target::{Inputs, PodUse, labels_wanted, plan_node, targets};
 use shim_agent::retry::backoff;
 use shim_agent::state::{InstalledShim, NodeState, Origin, ShimState};

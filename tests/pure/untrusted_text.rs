@@ -14,10 +14,10 @@ use shim_agent::api::extension::HookName;
 use shim_agent::api::load::parse_shims;
 use shim_agent::artifact::unpack::{UnpackOptions, unpack_stream};
 use shim_agent::artifact::{Limits, find_shim_binary};
+use shim_agent::cluster::coordinator::status::{NodeView, compute_status};
 use shim_agent::cluster::nodestate::{
     FailureNote, NodePhase, ShimNodeState, node_patch, parse_states, states_wanted,
 };
-use shim_agent::cluster::status::{NodeView, compute_status};
 use shim_agent::cluster::target::{Inputs, plan_node};
 use shim_agent::events;
 use shim_agent::hooks::wire::{Answer, MAX_MESSAGE, parse_response};

@@ -12,7 +12,7 @@ use kube::{Api, Client, ResourceExt};
 use shim_agent::api::Shim;
 use shim_agent::cluster::connect::Source;
 use shim_agent::cluster::coordinator::CoordinatorConfig;
-use shim_agent::cluster::election::Timings;
+use shim_agent::cluster::coordinator::election::Timings;
 use shim_agent::cluster::node_label;
 use shim_agent::cluster::session::{self, SessionConfig};
 use shim_agent::state::Origin;
@@ -67,7 +67,7 @@ impl Rig {
             coordinator: fast(),
             node_wait: Duration::from_secs(10),
             credential_check: Duration::from_millis(500),
-            gate: shim_agent::cluster::gate::GateTimings::default(),
+            gate: shim_agent::cluster::agent::gate::GateTimings::default(),
         }
     }
 

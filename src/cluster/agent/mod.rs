@@ -23,7 +23,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
-use super::FIELD_MANAGER;
+use super::names::FIELD_MANAGER;
 use crate::state::{NodeState, StateStore};
 use crate::statics::adopt_pending;
 use crate::txn::{HealthCheck, Node, Restarter};
@@ -130,12 +130,8 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         let mut retain_due = Instant::now() + retain_every;
         loop {
             if !state.retained.is_empty() && retain_due <= Instant::now() {
-                let before = state.retained.clone();
-                if let Err(e) = self.node.collect_retained(store, state) {
-                    tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
-                }
                 retain_due = Instant::now() + retain_every;
-                if state.retained != before {
+                if self.collect_retained(store, state) {
                     last_fp = None; // the node's report changes
                 }
             }
@@ -173,5 +169,14 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 }
             }
         }
+    }
+
+    /// Collect the replaced versions no task uses any more; true when some went.
+    fn collect_retained(&self, store: &StateStore, state: &mut NodeState) -> bool {
+        let before = state.retained.clone();
+        if let Err(e) = self.node.collect_retained(store, state) {
+            tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
+        }
+        state.retained != before
     }
 }

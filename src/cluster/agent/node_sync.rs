@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::Agent;
 use super::round::RoundView;
 use crate::api::Shim;
-use crate::cluster::FIELD_MANAGER;
+use crate::cluster::names::{FIELD_MANAGER, STATE_ANNOTATION};
 use crate::cluster::nodestate::{self, NodeStates};
 use crate::cluster::target::{self, Inputs, NodePlan};
 use crate::state::{NodeState, Origin, StateStore};
@@ -77,7 +77,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let notes = self.memory.notes();
         let annotations = current.metadata.annotations.as_ref();
         let previous: NodeStates = nodestate::parse_states(annotations);
-        let present = annotations.is_some_and(|a| a.contains_key(crate::cluster::STATE_ANNOTATION));
+        let present = annotations.is_some_and(|a| a.contains_key(STATE_ANNOTATION));
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
         let labels = target::labels_wanted(&inputs);

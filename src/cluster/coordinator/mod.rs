@@ -24,10 +24,10 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
+use super::names::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
 use super::nodestate::parse_states;
 use super::slots::SLOT_SHIM_LABEL;
 use super::watch::{Tasks, spawn_reflector};
-use super::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
 use election::{LeaseLock, Timings, lead};
 use slot_writes::Rollout;
 use status::NodeView;
@@ -88,39 +88,7 @@ pub async fn run(
 /// The leader's loop: watch Shims, Nodes and RuntimeClasses; reconcile every Shim on change.
 async fn duties(client: Client, config: CoordinatorConfig) {
     let (tx, mut rx) = mpsc::channel::<()>(1);
-    let cfg = watcher::Config::default;
-    let (shims, t1) = spawn_reflector(
-        Api::<Shim>::all(client.clone()),
-        cfg(),
-        "coordinator shims",
-        tx.clone(),
-    );
-    let (nodes, t2) = spawn_reflector(
-        Api::<KubeNode>::all(client.clone()),
-        cfg(),
-        "coordinator nodes",
-        tx.clone(),
-    );
-    let (classes, t3) = spawn_reflector(
-        Api::<RuntimeClass>::all(client.clone()),
-        cfg(),
-        "runtimeclasses",
-        tx.clone(),
-    );
-    let (leases, t4) = spawn_reflector(
-        Api::<ShimLease>::namespaced(client.clone(), NAMESPACE),
-        cfg().labels(SLOT_SHIM_LABEL),
-        "slots",
-        tx.clone(),
-    );
-    // BeforeRollout: the extensions from a cache; a change to one reconciles again
-    let (exts, t5) = spawn_reflector(
-        Api::<crate::api::extension::ShimExtension>::all(client.clone()),
-        cfg(),
-        "coordinator shimextensions",
-        tx.clone(),
-    );
-    let _tasks = Tasks(vec![t1, t2, t3, t4, t5]);
+    let (caches, exts) = Caches::start(&client, &tx);
     let recorder = kube::runtime::events::Recorder::new(
         client.clone(),
         kube::runtime::events::Reporter {
@@ -129,10 +97,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         },
     );
     let hooks = std::sync::Arc::new(crate::hooks::Hooks::new(client.clone(), exts));
-    let _ = shims.wait_until_ready().await;
-    let _ = nodes.wait_until_ready().await;
-    let _ = classes.wait_until_ready().await;
-    let _ = leases.wait_until_ready().await;
+    caches.wait_until_ready().await;
     let mut c = Coordinator {
         client,
         config,
@@ -141,25 +106,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         rollout_hooks: RolloutHooks::new(hooks, recorder, tx),
     };
     loop {
-        let views = node_views(&nodes);
-        let mut next: Option<Instant> = None;
-        let all = shims.state();
-        c.rollout_hooks
-            .retain(|n| all.iter().any(|s| s.name_any() == n));
-        for shim in all {
-            let due = match c.reconcile(&shim, &views, &classes, &leases).await {
-                Ok(due) => due,
-                Err(e) => {
-                    crate::telemetry::coordinator_error(e.step(), e.reason());
-                    tracing::warn!(shim = %shim.name_any(), step = e.step(), reason = e.reason(), "coordinator: {e}; retrying in {RETRY_SECS} s");
-                    Some(Instant::now() + Duration::from_secs(RETRY_SECS))
-                }
-            };
-            next = match (next, due) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
+        let next = c.reconcile_all(&caches).await;
         tokio::select! {
             Some(()) = rx.recv() => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -172,6 +119,100 @@ async fn duties(client: Client, config: CoordinatorConfig) {
                 }
             } => {}
         }
+    }
+}
+
+/// What the coordinator watches; a change to any nudges its loop.
+struct Caches {
+    shims: Store<Shim>,
+    nodes: Store<KubeNode>,
+    classes: Store<RuntimeClass>,
+    leases: Store<ShimLease>,
+    _tasks: Tasks,
+}
+
+impl Caches {
+    /// The watches, and the extensions' cache for the BeforeRollout calls.
+    fn start(
+        client: &Client,
+        tx: &mpsc::Sender<()>,
+    ) -> (Self, Store<crate::api::extension::ShimExtension>) {
+        let cfg = watcher::Config::default;
+        let (shims, t1) = spawn_reflector(
+            Api::<Shim>::all(client.clone()),
+            cfg(),
+            "coordinator shims",
+            tx.clone(),
+        );
+        let (nodes, t2) = spawn_reflector(
+            Api::<KubeNode>::all(client.clone()),
+            cfg(),
+            "coordinator nodes",
+            tx.clone(),
+        );
+        let (classes, t3) = spawn_reflector(
+            Api::<RuntimeClass>::all(client.clone()),
+            cfg(),
+            "runtimeclasses",
+            tx.clone(),
+        );
+        let (leases, t4) = spawn_reflector(
+            Api::<ShimLease>::namespaced(client.clone(), NAMESPACE),
+            cfg().labels(SLOT_SHIM_LABEL),
+            "slots",
+            tx.clone(),
+        );
+        let (exts, t5) = spawn_reflector(
+            Api::<crate::api::extension::ShimExtension>::all(client.clone()),
+            cfg(),
+            "coordinator shimextensions",
+            tx.clone(),
+        );
+        let caches = Caches {
+            shims,
+            nodes,
+            classes,
+            leases,
+            _tasks: Tasks(vec![t1, t2, t3, t4, t5]),
+        };
+        (caches, exts)
+    }
+
+    async fn wait_until_ready(&self) {
+        let _ = self.shims.wait_until_ready().await;
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.classes.wait_until_ready().await;
+        let _ = self.leases.wait_until_ready().await;
+    }
+}
+
+impl Coordinator {
+    /// Reconcile every Shim; the earliest time one asked to be looked at again (a failed
+    /// step retries after [`RETRY_SECS`]).
+    async fn reconcile_all(&mut self, caches: &Caches) -> Option<Instant> {
+        let views = node_views(&caches.nodes);
+        let mut next: Option<Instant> = None;
+        let all = caches.shims.state();
+        self.rollout_hooks
+            .retain(|n| all.iter().any(|s| s.name_any() == n));
+        for shim in all {
+            let due = match self
+                .reconcile(&shim, &views, &caches.classes, &caches.leases)
+                .await
+            {
+                Ok(due) => due,
+                Err(e) => {
+                    crate::telemetry::coordinator_error(e.step(), e.reason());
+                    tracing::warn!(shim = %shim.name_any(), step = e.step(), reason = e.reason(), "coordinator: {e}; retrying in {RETRY_SECS} s");
+                    Some(Instant::now() + Duration::from_secs(RETRY_SECS))
+                }
+            };
+            next = match (next, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        next
     }
 }
 

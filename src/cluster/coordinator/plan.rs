@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::status::{NodeView, compute_status, with_hold};
 use crate::api::{Shim, ShimStatus};
-use crate::cluster::{FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, node_label};
+use crate::cluster::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, node_label};
 use crate::hooks::hold::Hold;
 
 /// What the coordinator knows when it decides about one Shim.

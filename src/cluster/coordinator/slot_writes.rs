@@ -15,8 +15,8 @@ use kube::{Api, Client, ResourceExt};
 use super::status::{NodeView, with_rollout};
 use crate::api::lease::ShimLease;
 use crate::api::{Shim, ShimStatus};
-use crate::cluster::NAMESPACE;
 use crate::cluster::lease_edits;
+use crate::cluster::names::NAMESPACE;
 use crate::cluster::slots::{
     Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
     slot_name, slot_of,
@@ -92,65 +92,70 @@ impl Rollout {
         let name = shim.name_any();
         let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
         actions.extend(plan_stamps(self.limits, &plain, &actions));
-        let count = self.limits.slots;
         for action in actions {
-            let lease = |i: u32| {
-                self.slots
-                    .iter()
-                    .find(|(s, _)| s.index == i)
-                    .map(|(_, l)| l.clone())
-            };
-            let replace = |l: ShimLease| {
-                let api = api.clone();
-                async move {
-                    api.replace(&l.name_any(), &PostParams::default(), &l)
-                        .await
-                        .map(|_| ())
-                }
-            };
-            let result = match &action {
-                SlotAction::Create { index, closed } => {
-                    let l = lease_edits::create(shim, *index, *closed, count);
-                    api.create(&PostParams::default(), &l).await.map(|_| ())
-                }
-                SlotAction::Delete {
-                    index,
-                    resource_version,
-                } => {
-                    let dp = DeleteParams {
-                        preconditions: Some(Preconditions {
-                            resource_version: Some(resource_version.clone()),
-                            uid: None,
-                        }),
-                        ..DeleteParams::default()
-                    };
-                    api.delete(&slot_name(&name, *index), &dp).await.map(|_| ())
-                }
-                SlotAction::Mark { index, closed, .. } => match lease(*index) {
-                    Some(l) => {
-                        replace(lease_edits::stamp(lease_edits::close(l, *closed), count)).await
-                    }
-                    None => Ok(()),
-                },
-                SlotAction::Free { index, .. } => match lease(*index) {
-                    Some(l) => {
-                        tracing::warn!(shim = %name, slot = index, holder = ?l.spec.holder_identity, "freeing the slot of a deleted Node");
-                        replace(lease_edits::free(l)).await
-                    }
-                    None => Ok(()),
-                },
-                SlotAction::Stamp { index, .. } => match lease(*index) {
-                    Some(l) => replace(lease_edits::stamp(l, count)).await,
-                    None => Ok(()),
-                },
-            };
-            match result {
+            match self.write(&api, shim, &action).await {
                 Ok(()) => tracing::debug!(shim = %name, ?action, "slot written"),
                 Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
                     tracing::debug!(shim = %name, ?action, "slot moved meanwhile; next round")
                 }
                 Err(e) => tracing::warn!(shim = %name, ?action, "cannot write a slot: {e}"),
             }
+        }
+    }
+
+    /// One planned write of a slot Lease (a slot no longer listed is left for the next round).
+    async fn write(
+        &self,
+        api: &Api<ShimLease>,
+        shim: &Shim,
+        action: &SlotAction,
+    ) -> Result<(), kube::Error> {
+        let name = shim.name_any();
+        let count = self.limits.slots;
+        let lease = |i: u32| {
+            self.slots
+                .iter()
+                .find(|(s, _)| s.index == i)
+                .map(|(_, l)| l.clone())
+        };
+        let replace = |l: ShimLease| async move {
+            api.replace(&l.name_any(), &PostParams::default(), &l)
+                .await
+                .map(|_| ())
+        };
+        match action {
+            SlotAction::Create { index, closed } => {
+                let l = lease_edits::create(shim, *index, *closed, count);
+                api.create(&PostParams::default(), &l).await.map(|_| ())
+            }
+            SlotAction::Delete {
+                index,
+                resource_version,
+            } => {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        resource_version: Some(resource_version.clone()),
+                        uid: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                api.delete(&slot_name(&name, *index), &dp).await.map(|_| ())
+            }
+            SlotAction::Mark { index, closed, .. } => match lease(*index) {
+                Some(l) => replace(lease_edits::stamp(lease_edits::close(l, *closed), count)).await,
+                None => Ok(()),
+            },
+            SlotAction::Free { index, .. } => match lease(*index) {
+                Some(l) => {
+                    tracing::warn!(shim = %name, slot = index, holder = ?l.spec.holder_identity, "freeing the slot of a deleted Node");
+                    replace(lease_edits::free(l)).await
+                }
+                None => Ok(()),
+            },
+            SlotAction::Stamp { index, .. } => match lease(*index) {
+                Some(l) => replace(lease_edits::stamp(l, count)).await,
+                None => Ok(()),
+            },
         }
     }
 }

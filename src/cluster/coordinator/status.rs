@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{Condition, NodeCounts, RolloutStatus, Shim, ShimStatus};
-use crate::cluster::node_label;
+use crate::cluster::names::node_label;
 use crate::cluster::nodestate::{NodePhase, NodeStates};
 use crate::cluster::slots::{Limits, RESUME_ANNOTATION, Slot};
 use crate::cluster::target::targets;
@@ -42,62 +42,95 @@ pub fn compute_status(
     previous: Option<&ShimStatus>,
     now: &Time,
 ) -> ShimStatus {
+    let t = tally(shim, nodes);
+    let deleting = shim.metadata.deletion_timestamp.is_some();
+    let progress = format!(
+        "{}/{} nodes serve the handler",
+        t.counts.installed, t.counts.targeted
+    );
+    let mut conds = vec![
+        ready(&t.counts, deleting, rc_problem, &progress),
+        progressing(&t, deleting, &progress),
+        degraded(&t.failures),
+    ];
+    for c in &mut conds {
+        carry_transition_time(c, previous, now);
+    }
+    ShimStatus {
+        observed_generation: shim.metadata.generation,
+        nodes: Some(t.counts),
+        conditions: Some(conds),
+        rollout: None,
+        approved_generation: None,
+        refused_generation: None,
+    }
+}
+
+/// The nodes counted for a Shim, with the failed ones (node, reason, message) and those
+/// whose uninstall pods block.
+struct Tally<'a> {
+    counts: NodeCounts,
+    failures: Vec<(&'a str, &'a str, &'a str)>,
+    blocked: Vec<&'a str>,
+}
+
+fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
     let name = shim.name();
     let label = node_label(name);
-    let mut counts = NodeCounts::default();
-    let mut failures: Vec<(&str, &str, &str)> = Vec::new();
-    let mut blocked: Vec<&str> = Vec::new();
+    let mut t = Tally {
+        counts: NodeCounts::default(),
+        failures: Vec::new(),
+        blocked: Vec::new(),
+    };
+    let current = |g: Option<i64>| g.is_none() || g == shim.metadata.generation;
     for n in nodes {
-        let targeted = targets(shim, &n.labels);
-        let st = n.states.get(name);
-        let current = |g: Option<i64>| g.is_none() || g == shim.metadata.generation;
-        if targeted {
-            counts.targeted += 1;
+        if targets(shim, &n.labels) {
+            t.counts.targeted += 1;
             if n.labels.get(&label).map(String::as_str) == Some("true") {
-                counts.installed += 1;
+                t.counts.installed += 1;
             }
         }
-        match st {
-            Some(s) if s.phase == NodePhase::Failed && current(s.generation) => {
-                counts.failed += 1;
-                failures.push((
+        let Some(s) = n.states.get(name) else {
+            continue;
+        };
+        match s.phase {
+            NodePhase::Failed if current(s.generation) => {
+                t.counts.failed += 1;
+                t.failures.push((
                     &n.name,
                     s.reason.as_deref().unwrap_or("Failed"),
                     s.message.as_deref().unwrap_or(""),
                 ));
             }
-            Some(s) if s.phase == NodePhase::Blocked => {
-                counts.updating += 1;
-                blocked.push(&n.name);
+            NodePhase::Blocked => {
+                t.counts.updating += 1;
+                t.blocked.push(&n.name);
             }
-            Some(s)
-                if matches!(
-                    s.phase,
-                    NodePhase::Installing
-                        | NodePhase::Upgrading
-                        | NodePhase::PendingVerification
-                        | NodePhase::Uninstalling
-                ) =>
-            {
-                counts.updating += 1
-            }
+            NodePhase::Installing
+            | NodePhase::Upgrading
+            | NodePhase::PendingVerification
+            | NodePhase::Uninstalling => t.counts.updating += 1,
             _ => {}
         }
     }
-    let deleting = shim.metadata.deletion_timestamp.is_some();
-    let progress = format!(
-        "{}/{} nodes serve the handler",
-        counts.installed, counts.targeted
-    );
-    let mut conds = Vec::new();
-    let ready = if deleting {
+    t
+}
+
+/// `Ready`: every targeted node serves the handler and the RuntimeClass is the Shim's.
+fn ready(
+    counts: &NodeCounts,
+    deleting: bool,
+    rc_problem: Option<(&str, String)>,
+    progress: &str,
+) -> Condition {
+    if deleting {
         cond_false(
             "Ready",
             "Info",
             "Deleting",
             "the Shim is being removed from its nodes".into(),
         )
-    } else if let Some((reason, msg)) = rc_problem.clone() {
+    } else if let Some((reason, msg)) = rc_problem {
         cond_false("Ready", "Error", reason, msg)
     } else if counts.targeted == 0 {
         cond_false(
@@ -107,57 +140,51 @@ pub fn compute_status(
             "spec.nodeSelector matches no node (without a selector: every node that is not a control plane)".into(),
         )
     } else if counts.installed == counts.targeted && counts.failed == 0 {
-        cond_true("Ready", "AllNodesReady", progress.clone())
+        cond_true("Ready", "AllNodesReady", progress.to_string())
     } else if counts.failed > 0 {
-        cond_false("Ready", "Error", "NodesFailed", progress.clone())
+        cond_false("Ready", "Error", "NodesFailed", progress.to_string())
     } else {
-        cond_false("Ready", "Info", "RollingOut", progress.clone())
+        cond_false("Ready", "Info", "RollingOut", progress.to_string())
+    }
+}
+
+/// `Progressing`: some node still has work to do.
+fn progressing(t: &Tally<'_>, deleting: bool, progress: &str) -> Condition {
+    let c = &t.counts;
+    let busy = c.updating > 0 || (!deleting && c.installed + c.failed < c.targeted);
+    if !busy {
+        return cond_false("Progressing", "Info", "Complete", progress.to_string());
+    }
+    let msg = if t.blocked.is_empty() {
+        progress.to_string()
+    } else {
+        format!(
+            "{progress}; uninstall blocked by pods on {}",
+            list(&t.blocked)
+        )
     };
-    conds.push(ready);
-    let busy =
-        counts.updating > 0 || (!deleting && counts.installed + counts.failed < counts.targeted);
-    conds.push(if busy {
-        let msg = if blocked.is_empty() {
-            progress.clone()
-        } else {
-            format!(
-                "{progress}; uninstall blocked by pods on {}",
-                list(&blocked)
-            )
-        };
-        cond_true("Progressing", "RollingOut", msg)
+    cond_true("Progressing", "RollingOut", msg)
+}
+
+/// `Degraded`: some node failed at the current generation (the first few named).
+fn degraded(failures: &[(&str, &str, &str)]) -> Condition {
+    let Some((_, reason, _)) = failures.first() else {
+        return cond_false("Degraded", "Info", "NoFailures", "no node failed".into());
+    };
+    let detail: Vec<String> = failures
+        .iter()
+        .take(MAX_NODES_IN_MESSAGE)
+        .map(|(n, r, m)| format!("{n}: {r}: {m}"))
+        .collect();
+    let more = failures.len().saturating_sub(MAX_NODES_IN_MESSAGE);
+    let tail = if more > 0 {
+        format!("; and {more} more")
     } else {
-        cond_false("Progressing", "Info", "Complete", progress.clone())
-    });
-    conds.push(if let Some((_, reason, _)) = failures.first() {
-        let detail: Vec<String> = failures
-            .iter()
-            .take(MAX_NODES_IN_MESSAGE)
-            .map(|(n, r, m)| format!("{n}: {r}: {m}"))
-            .collect();
-        let more = failures.len().saturating_sub(MAX_NODES_IN_MESSAGE);
-        let tail = if more > 0 {
-            format!("; and {more} more")
-        } else {
-            String::new()
-        };
-        let mut c = cond_true("Degraded", reason, format!("{}{tail}", detail.join("; ")));
-        c.severity = Some("Error".into());
-        c
-    } else {
-        cond_false("Degraded", "Info", "NoFailures", "no node failed".into())
-    });
-    for c in &mut conds {
-        carry_transition_time(c, previous, now);
-    }
-    ShimStatus {
-        observed_generation: shim.metadata.generation,
-        nodes: Some(counts),
-        conditions: Some(conds),
-        rollout: None,
-        approved_generation: None,
-        refused_generation: None,
-    }
+        String::new()
+    };
+    let mut c = cond_true("Degraded", reason, format!("{}{tail}", detail.join("; ")));
+    c.severity = Some("Error".into());
+    c
 }
 
 /// Most failed nodes named in the rollout status.

@@ -23,8 +23,8 @@ use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use shim_agent::api::lease::ShimLease;
+use shim_agent::cluster::agent::gate::GateTimings;
 use shim_agent::cluster::connect::Source;
-use shim_agent::cluster::gate::GateTimings;
 use shim_agent::cluster::session::{self, SessionConfig};
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 use shim_agent::cluster::{NAMESPACE, node_label};
@@ -163,7 +163,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
     // test writer is captured); RUST_LOG replaces this
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(
-            "error,shim_agent::cluster::coordinator=debug,shim_agent::cluster::election=info,shim_agent::hooks::rollout=debug",
+            "error,shim_agent::cluster::coordinator=debug,shim_agent::cluster::coordinator::election=info,shim_agent::hooks::rollout=debug",
         )
     });
     let _ = tracing_subscriber::fmt()

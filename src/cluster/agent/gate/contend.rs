@@ -51,6 +51,25 @@ struct Watched {
     lost: bool,
 }
 
+/// This node's candidate slots as the list showed them.
+fn candidates_seen(shim: &Shim, seen: &Seen<'_>) -> BTreeMap<u32, Watched> {
+    let now = Instant::now();
+    seen.leases
+        .iter()
+        .filter_map(|l| {
+            let i = slot_of(shim, l)?.index;
+            seen.candidates.contains(&i).then(|| {
+                let watched = Watched {
+                    lease: l.clone(),
+                    since: now,
+                    lost: false,
+                };
+                (i, watched)
+            })
+        })
+        .collect()
+}
+
 /// What the node does with an event of a candidate slot.
 enum Next {
     Keep,
@@ -65,30 +84,7 @@ impl SlotGate<'_> {
         shim: &Shim,
         seen: Seen<'_>,
     ) -> Result<Option<ShimLease>, GateError> {
-        let name = shim.name_any();
-        let secs = self.timings.relist.as_secs().clamp(1, 290) as u32;
-        let mut streams = Vec::new();
-        let by_name = |i: &u32| {
-            WatchParams::default()
-                .fields(&format!("metadata.name={}", slot_name(&name, *i)))
-                .timeout(secs)
-        };
-        // No usable slot yet (the coordinator has not created them, or every one is held by
-        // a failed node): watch all of this Shim's slots until one appears.
-        let all = [WatchParams::default()
-            .labels(&format!("{SLOT_SHIM_LABEL}={name}"))
-            .timeout(secs)];
-        let params: Vec<WatchParams> = if seen.candidates.is_empty() {
-            all.to_vec()
-        } else {
-            seen.candidates.iter().map(by_name).collect()
-        };
-        for wp in &params {
-            match self.api.watch(wp, seen.resource_version).await {
-                Ok(s) => streams.push(s.boxed()),
-                Err(e) => tracing::debug!(shim = %name, "cannot watch the slots: {e}"),
-            }
-        }
+        let streams = self.watch_candidates(shim, &seen).await;
         let mut relist = pin!(tokio::time::sleep(self.timings.relist));
         if streams.is_empty() || seen.candidates.is_empty() {
             let mut events = select_all(streams);
@@ -99,35 +95,10 @@ impl SlotGate<'_> {
             }
             return Ok(None);
         }
-        let now = Instant::now();
-        let mut view: BTreeMap<u32, Watched> = seen
-            .leases
-            .iter()
-            .filter_map(|l| {
-                let i = slot_of(shim, l)?.index;
-                seen.candidates.contains(&i).then(|| {
-                    let watched = Watched {
-                        lease: l.clone(),
-                        since: now,
-                        lost: false,
-                    };
-                    (i, watched)
-                })
-            })
-            .collect();
+        let mut view = candidates_seen(shim, &seen);
         let mut events = select_all(streams);
         loop {
-            // The claim this node would make: the first free open candidate, at its time.
-            let target = seen.candidates.iter().find_map(|i| {
-                let w = view.get(i)?;
-                let s = slot_of(shim, &w.lease)?;
-                (s.is_free() && s.is_open() && !w.lost).then(|| {
-                    let window = claim_window(&self.latest(shim), seen.n, self.timings);
-                    let at =
-                        w.since + claim_delay(&self.my_uid, &name, &s.resource_version, window);
-                    (*i, at)
-                })
-            });
+            let target = self.next_claim(shim, &seen, &view);
             let timer = async {
                 match target {
                     Some((_, at)) => tokio::time::sleep_until(at).await,
@@ -151,23 +122,97 @@ impl SlotGate<'_> {
                 _ = timer => {
                     let Some((i, _)) = target else { continue };
                     let Some(w) = view.get_mut(&i) else { continue };
-                    let taken = self.taken(w.lease.clone());
-                    match self.api.replace(&taken.name_any(), &PostParams::default(), &taken).await {
-                        Ok(l) => {
-                            tracing::info!(shim = %name, slot = i, "took a rollout slot");
-                            return Ok(Some(l));
-                        }
-                        Err(e) if gone(&e) => w.lost = true,
-                        Err(e) => {
-                            return Err(GateError::SlotUnavailable(format!(
-                                "cannot take slot {i} of {name}: {e}"
-                            )));
-                        }
+                    if let Some(l) = self.claim(shim, i, w).await? {
+                        return Ok(Some(l));
                     }
                 }
                 _ = &mut relist => return Ok(None),
                 _ = self.shut() => return Ok(None),
             }
+        }
+    }
+
+    /// Watches of this node's candidate slots; with no candidate yet (the coordinator has not
+    /// created the slots, or a failed node holds every one), of all the Shim's slots, until
+    /// one appears.
+    async fn watch_candidates(
+        &self,
+        shim: &Shim,
+        seen: &Seen<'_>,
+    ) -> Vec<futures_util::stream::BoxStream<'static, kube::Result<WatchEvent<ShimLease>>>> {
+        let name = shim.name_any();
+        let secs = self.timings.relist.as_secs().clamp(1, 290) as u32;
+        let params: Vec<WatchParams> = if seen.candidates.is_empty() {
+            vec![
+                WatchParams::default()
+                    .labels(&format!("{SLOT_SHIM_LABEL}={name}"))
+                    .timeout(secs),
+            ]
+        } else {
+            seen.candidates
+                .iter()
+                .map(|i| {
+                    WatchParams::default()
+                        .fields(&format!("metadata.name={}", slot_name(&name, *i)))
+                        .timeout(secs)
+                })
+                .collect()
+        };
+        let mut streams = Vec::new();
+        for wp in &params {
+            match self.api.watch(wp, seen.resource_version).await {
+                Ok(s) => streams.push(s.boxed()),
+                Err(e) => tracing::debug!(shim = %name, "cannot watch the slots: {e}"),
+            }
+        }
+        streams
+    }
+
+    /// The claim this node would make: the first free open candidate, and when.
+    fn next_claim(
+        &self,
+        shim: &Shim,
+        seen: &Seen<'_>,
+        view: &BTreeMap<u32, Watched>,
+    ) -> Option<(u32, Instant)> {
+        let name = shim.name_any();
+        seen.candidates.iter().find_map(|i| {
+            let w = view.get(i)?;
+            let s = slot_of(shim, &w.lease)?;
+            (s.is_free() && s.is_open() && !w.lost).then(|| {
+                let window = claim_window(&self.latest(shim), seen.n, self.timings);
+                let at = w.since + claim_delay(&self.my_uid, &name, &s.resource_version, window);
+                (*i, at)
+            })
+        })
+    }
+
+    /// Take candidate slot `i`: `None` when another node was quicker (a 409: wait for the
+    /// slot's next version).
+    async fn claim(
+        &self,
+        shim: &Shim,
+        i: u32,
+        w: &mut Watched,
+    ) -> Result<Option<ShimLease>, GateError> {
+        let name = shim.name_any();
+        let taken = self.taken(w.lease.clone());
+        match self
+            .api
+            .replace(&taken.name_any(), &PostParams::default(), &taken)
+            .await
+        {
+            Ok(l) => {
+                tracing::info!(shim = %name, slot = i, "took a rollout slot");
+                Ok(Some(l))
+            }
+            Err(e) if gone(&e) => {
+                w.lost = true;
+                Ok(None)
+            }
+            Err(e) => Err(GateError::SlotUnavailable(format!(
+                "cannot take slot {i} of {name}: {e}"
+            ))),
         }
     }
 

@@ -32,11 +32,12 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
+use crate::cluster::lease_edits;
+use crate::cluster::names::NAMESPACE;
 use crate::cluster::slots::{
     Claim, Closed, Failure, SLOT_FAILED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL, candidates, claim,
     resume_token, slot_of,
 };
-use crate::cluster::{NAMESPACE, lease_edits};
 use crate::txn::Gate;
 use crate::txn::error::GateError;
 
