@@ -39,5 +39,6 @@ mod distro_templates;
 mod live_txn;
 mod node_cri_info;
 mod offline_install;
+mod shape;
 mod txn_gate;
 mod untrusted_text;
