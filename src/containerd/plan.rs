@@ -8,7 +8,7 @@
 //! containerd's default (`SystemdCgroup = false`); a file with no runtimes table states no
 //! per-runtime cgroup setting anywhere, so nothing else is copied. That table is marked
 //! `# shim-agent: default runtime kept for handler <h>` and removed with the last handler that
-//! needs it (`tests/containerd_real.rs` checks with a real containerd 1.6.20 `config dump`
+//! needs it (`tests/pure/containerd_real.rs` checks with a real containerd 1.6.20 `config dump`
 //! that every handler of every v1/v2 corpus file survives). Existing handlers (whatever `default_runtime_name` is: `nvidia`, `shimpei`, …)
 //! are never touched. Version 3/4 files are only read by 2.x, which deep-merges: no runc.
 //!

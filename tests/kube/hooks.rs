@@ -1,7 +1,7 @@
 //! Lifecycle hooks on the real API server: the ShimExtension CRD, and fleets of real agents
 //! (tests/support/fleet) calling test extensions served over HTTPS on loopback
 //! (tests/support/hookserver, a test CA in `caBundle`): BeforeNodeRestart and AfterNodeChange.
-//! BeforeRollout, Service references and a larger fleet: tests/kube_hooks_rollout.rs.
+//! BeforeRollout, Service references and a larger fleet: tests/kube/hooks_rollout.rs.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

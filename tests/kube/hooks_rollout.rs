@@ -1,4 +1,4 @@
-//! Lifecycle hooks on the real API server, continued (tests/kube_hooks.rs has the CRD and the
+//! Lifecycle hooks on the real API server, continued (tests/kube/hooks.rs has the CRD and the
 //! node hooks): BeforeRollout held by the coordinator, a `service` reference resolved through
 //! the API, and a fleet with a random fifth of its nodes deferred.
 

@@ -1,7 +1,7 @@
 //! The kustomize base (`deploy/kustomize/`) is what `shim-agent manifests` prints: `kubectl
 //! kustomize` builds the same objects (compared parsed, in any order), and the real API server
 //! takes them with `kubectl apply -k`, client-side (Argo CD's default) and server-side (Flux's).
-//! tests/api.rs checks that the committed files are the manifests split by kind.
+//! tests/pure/api.rs checks that the committed files are the manifests split by kind.
 
 use serde_json::Value;
 use shim_agent::api::manifests::manifests_yaml;
@@ -70,7 +70,7 @@ fn kubectl_kustomize_builds_the_objects_of_shim_agent_manifests() {
         .collect();
     assert!(
         only_built.is_empty() && only_printed.is_empty() && built.len() == printed.len(),
-        "deploy/kustomize differs from `shim-agent manifests` (UPDATE_GENERATED=1 cargo test --test api): \
+        "deploy/kustomize differs from `shim-agent manifests` (UPDATE_GENERATED=1 cargo test --test pure api::): \
          only in the base: {only_built:?}; only in the manifests: {only_printed:?}"
     );
     assert!(built.len() > 10, "{} objects", built.len());

@@ -1,6 +1,6 @@
 //! The packaged unit as systemd runs it, inside the node env (`.ci/node-env/`): the agent
 //! binary at `/usr/bin/shim-agent`, `packaging/systemd/shim-agent.service`, static Shims in
-//! `/etc/shim-agent/shims.d` (no cluster here; tests/node_kube.rs has the cluster path).
+//! `/etc/shim-agent/shims.d` (no cluster here; tests/node/kube.rs has the cluster path).
 //!
 //! - `Type=notify`: `systemctl start` returns once the agent is ready, and `StatusText` says
 //!   what it does ("1 shim installed").

@@ -18,7 +18,7 @@ fn committed_crd_yaml_matches_the_types() {
     }
     assert!(
         committed("deploy/crd.yaml") == generated,
-        "deploy/crd.yaml is stale: run `cargo run -- crd > deploy/crd.yaml` (or UPDATE_GENERATED=1 cargo test --test api)"
+        "deploy/crd.yaml is stale: run `cargo run -- crd > deploy/crd.yaml` (or UPDATE_GENERATED=1 cargo test --test pure api::)"
     );
 }
 
@@ -59,8 +59,8 @@ const KUSTOMIZE_FILES: [(&str, &[&str]); 4] = [
 
 const KUSTOMIZATION: &str = "\
 # shim-agent's cluster side as a kustomize base: the objects of `shim-agent manifests`
-# (deploy/manifests.yaml), split by kind. Generated: tests/api.rs checks every file here, and
-# `UPDATE_GENERATED=1 cargo test --test api` rewrites them; tests/kube_kustomize.rs checks that
+# (deploy/manifests.yaml), split by kind. Generated: tests/pure/api.rs checks every file here, and
+# `UPDATE_GENERATED=1 cargo test --test pure api::` rewrites them; tests/kube/kustomize.rs checks that
 # `kubectl kustomize` builds the same objects and that the API server takes them.
 #   kubectl apply --server-side -k deploy/kustomize
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -126,7 +126,7 @@ fn committed_kustomize_base_is_the_manifests_split_by_kind() {
     for (name, text) in &files {
         assert!(
             committed(&format!("deploy/kustomize/{name}")) == *text,
-            "deploy/kustomize/{name} is stale: run `UPDATE_GENERATED=1 cargo test --test api`"
+            "deploy/kustomize/{name} is stale: run `UPDATE_GENERATED=1 cargo test --test pure api::`"
         );
     }
     let mut present: Vec<String> = std::fs::read_dir(&dir)

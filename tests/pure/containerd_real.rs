@@ -4,13 +4,13 @@
 //! 1.x "a runtimes table replaces the default map" trap checked by containerd itself.
 //!
 //! Needs a containerd 1.x binary, so it is ignored by default:
-//! `SHIM_AGENT_CONTAINERD_BIN=/path/to/containerd cargo test --test containerd_real -- --ignored`
+//! `SHIM_AGENT_CONTAINERD_BIN=/path/to/containerd cargo test --test pure containerd_real:: -- --ignored`
 //! (Debian bookworm: `apt-get download containerd && dpkg-deb -x containerd_*.deb x`, then
 //! `x/usr/bin/containerd`, version 1.6.20).
 //!
 //! Likewise every editable version 3/4 corpus file with containerd 2.x builds (each reads the
 //! versions it supports: 2.2 up to 3, 2.3 up to 4): `SHIM_AGENT_CONTAINERD2_BINS=BIN:BIN cargo
-//! test --test containerd_real containerd_2x -- --ignored` (scripts/test does both).
+//! test --test pure containerd_real::containerd_2x -- --ignored` (scripts/test does both).
 //!
 //! The same binaries also read every golden add output of `tests/fixtures/containerd/` (each
 //! form of each table on the path: header, dotted keys, inline tables, their mixes): every

@@ -6,7 +6,7 @@
 //! fails when the result is not valid TOML, as k3s's containerd would; its CRI serves the
 //! handlers of the rendered file. No k3s binary can be had here (not in Debian, nor any
 //! package registry this machine reaches), so a real k3s run is not part of the suite; the
-//! rendered results are read by real containerd builds in tests/distro_templates.rs.
+//! rendered results are read by real containerd builds in tests/pure/distro_templates.rs.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;

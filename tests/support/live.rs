@@ -1,4 +1,4 @@
-//! A scripted containerd for live-transaction tests (see tests/live_txn.rs).
+//! A scripted containerd for live-transaction tests (see tests/pure/live_txn.rs).
 #![allow(dead_code)]
 
 use std::cell::RefCell;
