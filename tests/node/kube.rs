@@ -32,6 +32,7 @@ use shim_agent::node::cri::proto;
 use shim_agent::node::{RuntimeHealth, ServiceManager};
 
 use crate::support::kube::{KubeEnv, SERIAL, eventually, kube_env};
+use crate::support::node_env::agent::{AGENT_BIN, AGENT_UNIT, AgentInNode, write};
 use crate::support::node_env::{self, NodeEnv, UNIT, VERIFY_TIMEOUT, node_env, oci_image};
 use crate::support::{Entry, sha256_hex, tar_gz};
 
@@ -40,10 +41,6 @@ const TEST: &str = "node_kube";
 const SHIM: &str = "node-kube-demo";
 /// The Node label the Shim selects.
 const SELECTOR: (&str, &str) = ("shim-agent-test", "node-kube");
-/// The agent's unit inside the node.
-const AGENT_UNIT: &str = "shim-agent.service";
-/// Where the packaged unit runs the agent from (its `ExecStart=`).
-const AGENT_BIN: &str = "usr/bin/shim-agent";
 /// The artifact inside the node. Not under /tmp or /var/tmp: the packaged unit has
 /// `PrivateTmp=yes`, so the agent would see empty ones there.
 const ARTIFACT_DIR: &str = "srv/shim-agent-test";
@@ -51,33 +48,23 @@ const ARTIFACT_DIR: &str = "srv/shim-agent-test";
 const CONVERGE_SECS: u64 = 90;
 const CRI_CALL: Duration = Duration::from_secs(30);
 
+/// Config files of containerd, as `NodeEnv::config_files` reads them.
+type ConfigFiles = std::collections::BTreeMap<PathBuf, Vec<u8>>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_with_its_handler() {
     let t0 = Instant::now();
     let _serial = SERIAL.lock().await;
-    let Some(kube) = kube_env() else {
+    let Some((kube, env)) = envs().await else {
         return;
     };
-    let Some(env) = node_env(TEST).await else {
-        return;
-    };
-    if !env.shares_host_network() {
-        node_env::skip(
-            TEST,
-            "the node env does not share the host's network, so the agent inside cannot reach \
-             the API server on 127.0.0.1:6443; boot it with INFRA_NETWORK=host",
-        );
-        return;
-    }
     let admin = kube.admin_client().await;
-
-    // --- 2. the Node, its kubelet identity where kubeadm puts it, the agent's config --------
     let name = env
         .exec_ok(&["cat", "/proc/sys/kernel/hostname"])
         .trim()
         .to_string();
     assert!(!name.is_empty(), "the node has a host name");
-    // Cleanup (and the journal on failure) from here on, whatever happens.
+    // Cleanup (and containerd's journal on failure) from here on, whatever happens.
     let mut guard = Cleanup {
         env: &env,
         kube,
@@ -85,8 +72,69 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         images_before: None,
     };
     guard.remove_leftovers();
-    kube.create_node(&name, &[SELECTOR]).await;
-    let identity = kube.node_identity(&name);
+
+    let config = join_the_cluster(&env, kube, &name).await;
+    guard.images_before = Some(env.image_refs());
+    if !give_containerd_what_a_node_has(&env, kube).await {
+        return;
+    }
+    // (removed, and its journal printed on a failure, when dropped)
+    let (agent, invocation) = start_the_packaged_agent(&env, &name, &config, t0).await;
+    // containerd's config: the main file, and conf.d/ where the agent adds its drop-in on 2.x
+    let original = env.config_files();
+    let before = env.invocation_id().await;
+    apply_the_shim(&env, kube);
+    installed_labelled_published_served(&env, &admin, &name, &before, t0).await;
+    // Checked to the end; the uninstall below runs whatever happened here, and the test fails
+    // afterwards if this step did.
+    let sandbox = run_sandbox(&env).await;
+    match &sandbox {
+        Ok(id) => eprintln!(
+            "[{:>5.1}s] pod sandbox {id} ran with handler {SHIM}",
+            secs(t0)
+        ),
+        Err(e) => eprintln!("[{:>5.1}s] pod sandbox FAILED: {e}", secs(t0)),
+    }
+    deleted_shim_takes_it_all_back(&env, &admin, &name, &original, t0).await;
+    ran_without_a_restart_and_stops_cleanly(&env, &invocation);
+    drop(agent);
+    drop(guard);
+    assert!(
+        Api::<KubeNode>::all(admin.clone())
+            .get_opt(&name)
+            .await
+            .expect("get the Node")
+            .is_none(),
+        "the Node object is deleted"
+    );
+    env.reset().await;
+    eprintln!("[{:>5.1}s] done", secs(t0));
+    if let Err(e) = sandbox {
+        panic!("step 6: no pod sandbox with handler {SHIM}: {e}");
+    }
+}
+
+/// Step 1: the kube env and a node env that shares the host's network (the agent inside
+/// reaches the API server on 127.0.0.1); `None` (skipped, saying why) without them.
+async fn envs() -> Option<(&'static KubeEnv, NodeEnv)> {
+    let kube = kube_env()?;
+    let env = node_env(TEST).await?;
+    if !env.shares_host_network() {
+        node_env::skip(
+            TEST,
+            "the node env does not share the host's network, so the agent inside cannot reach \
+             the API server on 127.0.0.1:6443; boot it with INFRA_NETWORK=host",
+        );
+        return None;
+    }
+    Some((kube, env))
+}
+
+/// Step 2: the Node, its kubelet identity where kubeadm puts it, and a coordinator identity;
+/// the agent's config.
+async fn join_the_cluster(env: &NodeEnv, kube: &KubeEnv, name: &str) -> String {
+    kube.create_node(name, &[SELECTOR]).await;
+    let identity = kube.node_identity(name);
     write(
         &env.root.join("etc/kubernetes/kubelet.conf"),
         &std::fs::read(&identity).expect("read the node identity's kubeconfig"),
@@ -99,16 +147,16 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         &std::fs::read(kube.coordinator_identity()).expect("the coordinator identity"),
         0o600,
     );
-    write(
-        &env.root.join("etc/shim-agent/config.toml"),
-        format!("[node]\nname = \"{name}\"\n\n[kubernetes]\ncoordinator-kubeconfig = \"/etc/shim-agent/coordinator.kubeconfig\"\n").as_bytes(),
-        0o644,
-    );
+    format!(
+        "[node]\nname = \"{name}\"\n\n[kubernetes]\ncoordinator-kubeconfig = \"/etc/shim-agent/coordinator.kubeconfig\"\n"
+    )
+}
 
-    // --- what a kubelet's node has besides: the sandbox image (there is no registry to pull
-    // it from), and a containerd that can start sandboxes on this machine --------------------
-    guard.images_before = Some(env.image_refs());
-    import_sandbox_image(&env, kube);
+/// Step 3: what a kubelet's node has besides: the sandbox image (there is no registry to pull
+/// it from), and a containerd that can start sandboxes on this machine. `false` when this
+/// machine cannot (skipped, saying why).
+async fn give_containerd_what_a_node_has(env: &NodeEnv, kube: &KubeEnv) -> bool {
+    import_sandbox_image(env, kube);
     // Two limits of this machine that a real node does not have, each met the way containerd
     // documents for it. This is the config the agent finds and must give back byte for byte.
     // - It withholds CAP_SYS_RESOURCE, so runc cannot give a sandbox the negative
@@ -132,7 +180,7 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
                  `disable_cgroup` any more) always sets the sandbox's cpu shares: on a host that \
                  keeps its controllers on cgroup v1, boot the node with INFRA_CGROUP=hybrid",
             );
-            return;
+            return false;
         }
         settings.push("disable_cgroup");
     }
@@ -156,13 +204,17 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         .wait_for_handler("runc", VERIFY_TIMEOUT)
         .await
         .expect("CRI serves runc");
+    true
+}
 
-    // --- 3. the agent, as the package installs it, under systemd ----------------------------
-    write(
-        &env.root.join(AGENT_BIN),
-        &std::fs::read(env!("CARGO_BIN_EXE_shim-agent")).expect("the agent binary"),
-        0o755,
-    );
+/// Step 4: the agent, as the package installs it, started under systemd; running against the
+/// cluster as the configured node. The agent and its unit's invocation.
+async fn start_the_packaged_agent<'a>(
+    env: &'a NodeEnv,
+    name: &str,
+    config: &str,
+    t0: Instant,
+) -> (AgentInNode<'a>, String) {
     let unit_text = std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/systemd/shim-agent.service"),
     )
@@ -171,30 +223,11 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         String::from_utf8_lossy(&unit_text).contains(&format!("ExecStart=/{AGENT_BIN} run")),
         "the packaged unit runs /{AGENT_BIN}"
     );
-    write(
-        &env.root.join("etc/systemd/system").join(AGENT_UNIT),
-        &unit_text,
-        0o644,
-    );
-    // No /opt/shim-agent yet: the package's tmpfiles.d entry creates it (its postinst runs
-    // systemd-tmpfiles, and systemd-tmpfiles-setup does at every boot); the unit needs it.
-    let _ = std::fs::remove_dir_all(env.root.join("opt/shim-agent"));
-    write(
-        &env.root.join("usr/lib/tmpfiles.d/shim-agent.conf"),
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/tmpfiles/shim-agent.conf"),
-        )
-        .unwrap()
-        .into_bytes(),
-        0o644,
-    );
-    env.exec_ok(&["systemd-tmpfiles", "--create", "shim-agent.conf"]);
-    env.systemd.reload().await.expect("daemon-reload");
-    env.exec_ok(&["systemctl", "start", AGENT_UNIT]);
-    let invocation = env
-        .exec_ok(&["systemctl", "show", "-P", "InvocationID", AGENT_UNIT])
-        .trim()
-        .to_string();
+    // No /opt/shim-agent yet (remove_agent took it): the package's tmpfiles.d entry creates it
+    // (its postinst runs systemd-tmpfiles, and systemd-tmpfiles-setup does at every boot).
+    let agent = env.install_agent(config, None).await;
+    agent.start();
+    let invocation = agent.show("InvocationID");
     let this_run = || {
         env.exec_ok(&[
             "journalctl",
@@ -215,8 +248,11 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         "the agent uses the configured node name: {journal}"
     );
     eprintln!("[{:>5.1}s] agent running in the node", secs(t0));
+    (agent, invocation)
+}
 
-    // --- 4. the demo artifact inside the node, and the Shim ---------------------------------
+/// Step 5: the demo artifact inside the node, and the Shim applied by the admin.
+fn apply_the_shim(env: &NodeEnv, kube: &KubeEnv) {
     let shim_bin = std::fs::read(env.root.join("usr/bin/containerd-shim-runc-v2"))
         .expect("runc shim in the rootfs");
     let artifact = tar_gz(&[
@@ -229,15 +265,21 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         0o644,
     );
     let url = format!("file:///{ARTIFACT_DIR}/demo.tar.gz");
-    // containerd's config: the main file, and conf.d/ where the agent adds its drop-in on 2.x
-    let original = env.config_files();
-    let before = env.invocation_id().await;
     let (ok, out) = kube.apply(&shim_yaml(&url, &sha256_hex(&artifact)));
     assert!(ok, "kubectl apply: {out}");
+}
 
-    // --- 5. installed, labelled, published, served -------------------------------------------
+/// Step 6: installed (containerd restarted, the handler in its config and served by CRI), the
+/// Node labelled, the RuntimeClass published, the Shim Ready with its finalizer.
+async fn installed_labelled_published_served(
+    env: &NodeEnv,
+    admin: &Client,
+    name: &str,
+    before: &str,
+    t0: Instant,
+) {
     eventually(CONVERGE_SECS, "the node label", || async {
-        (label(&admin, &name).await.as_deref() == Some("true")).then_some(())
+        (label(admin, name).await.as_deref() == Some("true")).then_some(())
     })
     .await;
     eprintln!("[{:>5.1}s] node labelled", secs(t0));
@@ -289,26 +331,25 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         s.finalizers()
     );
     eprintln!("[{:>5.1}s] RuntimeClass published, Shim Ready", secs(t0));
+}
 
-    // --- 6. a pod sandbox through CRI with the new handler -----------------------------------
-    // Checked to the end; the uninstall below runs whatever happened here, and the test fails
-    // afterwards if this step did.
-    let sandbox = run_sandbox(&env).await;
-    match &sandbox {
-        Ok(id) => eprintln!(
-            "[{:>5.1}s] pod sandbox {id} ran with handler {SHIM}",
-            secs(t0)
-        ),
-        Err(e) => eprintln!("[{:>5.1}s] pod sandbox FAILED: {e}", secs(t0)),
-    }
-
-    // --- 7. the Shim goes: label, RuntimeClass, finalizer, config bytes -----------------------
+/// Step 8: the Shim goes: label, RuntimeClass, finalizer, containerd's config bytes, the
+/// handler in CRI, the installed files.
+async fn deleted_shim_takes_it_all_back(
+    env: &NodeEnv,
+    admin: &Client,
+    name: &str,
+    original: &ConfigFiles,
+    t0: Instant,
+) {
+    let shims: Api<Shim> = Api::all(admin.clone());
+    let rcs: Api<RuntimeClass> = Api::all(admin.clone());
     shims
         .delete(SHIM, &DeleteParams::default())
         .await
         .expect("delete the Shim");
     eventually(CONVERGE_SECS, "the label to go", || async {
-        label(&admin, &name).await.is_none().then_some(())
+        label(admin, name).await.is_none().then_some(())
     })
     .await;
     eventually(CONVERGE_SECS, "the RuntimeClass to go", || async {
@@ -333,7 +374,7 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
     )
     .await;
     eventually(CONVERGE_SECS, "containerd's config bytes back", || async {
-        (env.config_files() == original).then_some(())
+        (&env.config_files() == original).then_some(())
     })
     .await;
     let cri = env.cri.clone();
@@ -347,9 +388,11 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         "the installed shim is removed"
     );
     eprintln!("[{:>5.1}s] uninstalled, config bytes back", secs(t0));
+}
 
-    // --- 8. stop the agent and clean up (also on failure: Cleanup's Drop) -------------------
-    // It ran all along under the hardened unit (no crash, no restart) and stops cleanly.
+/// Step 9: the agent ran all along under the hardened unit (no crash, no restart) and stops
+/// cleanly on SIGTERM.
+fn ran_without_a_restart_and_stops_cleanly(env: &NodeEnv, invocation: &str) {
     let show = |props: &str| {
         env.exec_ok(&["systemctl", "show", "--value", "-p", props, AGENT_UNIT])
             .trim()
@@ -357,7 +400,7 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
     };
     assert_eq!(
         (show("InvocationID"), show("NRestarts")),
-        (invocation.clone(), "0".to_string()),
+        (invocation.to_string(), "0".to_string()),
         "the agent ran without a restart"
     );
     env.exec_ok(&["systemctl", "stop", AGENT_UNIT]);
@@ -366,20 +409,6 @@ async fn the_agent_in_the_node_installs_a_cluster_shim_and_a_pod_sandbox_runs_wi
         ("success".to_string(), "0".to_string()),
         "the agent stops cleanly on SIGTERM"
     );
-    drop(guard);
-    assert!(
-        Api::<KubeNode>::all(admin.clone())
-            .get_opt(&name)
-            .await
-            .expect("get the Node")
-            .is_none(),
-        "the Node object is deleted"
-    );
-    env.reset().await;
-    eprintln!("[{:>5.1}s] done", secs(t0));
-    if let Err(e) = sandbox {
-        panic!("step 6: no pod sandbox with handler {SHIM}: {e}");
-    }
 }
 
 /// RunPodSandbox with the handler and host network; it must be ready, listed with the handler,
@@ -529,17 +558,6 @@ async fn label(admin: &Client, node: &str) -> Option<String> {
         .cloned()
 }
 
-/// Write a file (creating its directory) with this mode.
-fn write(path: &Path, bytes: &[u8], mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).expect("create a directory in the node");
-    }
-    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
-}
-
 /// The sandbox image containerd names (1.x `sandbox_image`, 2.x `pinned_images.sandbox`),
 /// built from the kube env's minimal `pause` and imported: the node has no registry.
 fn import_sandbox_image(env: &NodeEnv, kube: &KubeEnv) {
@@ -594,17 +612,10 @@ struct Cleanup<'a> {
 }
 
 impl Cleanup<'_> {
-    fn agent_journal(&self) -> String {
-        let out = self
-            .env
-            .exec(&["journalctl", "-u", AGENT_UNIT, "--no-pager", "-o", "cat"]);
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// What an earlier, interrupted run may have left: a running agent, the Shim with its
-    /// finalizer, the RuntimeClass, the agent's files.
+    /// What an earlier, interrupted run may have left: a running agent and its files, the Shim
+    /// with its finalizer, the RuntimeClass, the artifact.
     fn remove_leftovers(&self) {
-        let _ = self.env.exec(&["systemctl", "stop", AGENT_UNIT]);
+        self.env.remove_agent();
         self.remove_cluster_objects();
         self.remove_files();
     }
@@ -625,35 +636,18 @@ impl Cleanup<'_> {
         k(&["delete", "runtimeclass", SHIM, "--ignore-not-found"]);
     }
 
+    /// The test's own files (the agent's are `NodeEnv::remove_agent`'s).
     fn remove_files(&self) {
         let root = &self.env.root;
-        for f in [
-            AGENT_BIN,
-            "etc/systemd/system/shim-agent.service",
-            "etc/kubernetes/kubelet.conf",
-            "usr/lib/tmpfiles.d/shim-agent.conf",
-        ] {
-            let _ = std::fs::remove_file(root.join(f));
-        }
-        for d in [
-            "etc/shim-agent",
-            "opt/shim-agent",
-            "var/lib/shim-agent",
-            ARTIFACT_DIR,
-        ] {
-            let _ = std::fs::remove_dir_all(root.join(d));
-        }
+        let _ = std::fs::remove_dir_all(root.join(ARTIFACT_DIR));
         let _ = std::fs::remove_dir(root.join("etc/kubernetes"));
     }
 }
 
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
+        // (the agent: stopped, removed and its journal printed by `AgentInNode`, dropped first)
         if std::thread::panicking() {
-            eprintln!(
-                "==== journalctl -u {AGENT_UNIT} (in the node) ====\n{}",
-                self.agent_journal()
-            );
             let out = self.env.exec(&[
                 "journalctl",
                 "-u",
@@ -669,10 +663,9 @@ impl Drop for Cleanup<'_> {
                 String::from_utf8_lossy(&out.stdout)
             );
         }
-        let _ = self.env.exec(&["systemctl", "stop", AGENT_UNIT]);
+        self.env.remove_agent();
         self.remove_cluster_objects();
         self.remove_files();
-        let _ = self.env.exec(&["systemctl", "daemon-reload"]);
         if let Some(before) = &self.images_before {
             let added: Vec<String> = self
                 .env

@@ -23,12 +23,11 @@ use shim_agent::node::RuntimeHealth;
 use shim_agent::telemetry::message_id;
 
 use crate::support::kube::eventually;
+use crate::support::node_env::agent::{AGENT_UNIT, write};
 use crate::support::node_env::{self, NodeEnv, node_env};
 use crate::support::{Entry, sha256_hex, tar_gz};
 
 const TEST: &str = "node_service";
-const AGENT_UNIT: &str = "shim-agent.service";
-const AGENT_BIN: &str = "usr/bin/shim-agent";
 /// Not under /tmp: the unit has PrivateTmp=yes.
 const ARTIFACT_DIR: &str = "srv/shim-agent-service-test";
 const SHIMS_D: &str = "etc/shim-agent/shims.d";
@@ -39,45 +38,24 @@ async fn the_packaged_unit_notifies_logs_serves_metrics_reloads_and_stops_cleanl
         return;
     };
     let guard = Cleanup { env: &env };
-    guard.remove_files();
+    env.remove_agent();
+    guard.remove_artifacts();
     let node_name = env
         .exec_ok(&["cat", "/proc/sys/kernel/hostname"])
         .trim()
         .to_string();
     let port = free_port();
     let config = format!("[metrics]\naddress = \"127.0.0.1:{port}\"\n");
-    write(
-        &env.root.join("etc/shim-agent/config.toml"),
-        config.as_bytes(),
-        0o644,
-    );
     let original = env.config_files();
 
     // --- the unit, as the package installs it ------------------------------------------------
-    write(
-        &env.root.join(AGENT_BIN),
-        &std::fs::read(env!("CARGO_BIN_EXE_shim-agent")).expect("the agent binary"),
-        0o755,
-    );
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    write(
-        &env.root.join("etc/systemd/system").join(AGENT_UNIT),
-        &std::fs::read(manifest.join("packaging/systemd/shim-agent.service")).unwrap(),
-        0o644,
-    );
-    write(
-        &env.root.join("usr/lib/tmpfiles.d/shim-agent.conf"),
-        &std::fs::read(manifest.join("packaging/tmpfiles/shim-agent.conf")).unwrap(),
-        0o644,
-    );
-    env.exec_ok(&["systemd-tmpfiles", "--create", "shim-agent.conf"]);
+    let _agent = env.install_agent(&config, None).await;
     let (url, sha) = artifact(&env, "demo");
     write(
         &env.root.join(SHIMS_D).join("demo.yaml"),
         shim_yaml("demo", &url, &sha).as_bytes(),
         0o644,
     );
-    env.exec_ok(&["systemctl", "daemon-reload"]);
 
     // --- Type=notify: start returns once ready; the status says what is installed -----------
     let t = Instant::now();
@@ -394,55 +372,20 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Write a file (creating its directory) with this mode.
-fn write(path: &Path, bytes: &[u8], mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).expect("create a directory in the node");
-    }
-    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
-}
-
 struct Cleanup<'a> {
     env: &'a NodeEnv,
 }
 
 impl Cleanup<'_> {
-    fn remove_files(&self) {
-        let root = &self.env.root;
-        let _ = self.env.exec(&["systemctl", "stop", AGENT_UNIT]);
-        for f in [
-            AGENT_BIN,
-            "etc/systemd/system/shim-agent.service",
-            "usr/lib/tmpfiles.d/shim-agent.conf",
-            "etc/kubernetes/kubelet.conf",
-        ] {
-            let _ = std::fs::remove_file(root.join(f));
-        }
-        for d in [
-            "etc/shim-agent",
-            "opt/shim-agent",
-            "var/lib/shim-agent",
-            "etc/systemd/system/shim-agent.service.d",
-            ARTIFACT_DIR,
-        ] {
-            let _ = std::fs::remove_dir_all(root.join(d));
-        }
-        let _ = self.env.exec(&["systemctl", "daemon-reload"]);
+    fn remove_artifacts(&self) {
+        let _ = std::fs::remove_dir_all(self.env.root.join(ARTIFACT_DIR));
     }
 }
 
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "==== journalctl -u {AGENT_UNIT} (in the node) ====\n{}",
-                journal_text(self.env)
-            );
-        }
-        self.remove_files();
+        // (the agent itself: removed, its journal printed on a panic, by `AgentInNode`)
+        self.remove_artifacts();
         self.env.restore_config();
         let _ = self.env.exec(&["systemctl", "restart", node_env::UNIT]);
     }
