@@ -12,8 +12,11 @@
 #                  /var/tmp/shim-agent-NAME), its artifacts /srv/shim-agent-NAME, its coordinator's
 #                  identity NAME-coordinator
 #   the kube env instance, as .ci/kube-env/env.sh reads it: KUBE_ENV_NAME, KUBE_ENV_PORT,
-#   KUBE_ENV_ETCD_PORT, KUBE_ENV_ETCD_PEER_PORT, KUBE_ENV_KCM_PORT, KUBE_ENV_SCHED_PORT; and the
-#   kubelets' ports KUBELET_PORT, KUBELET_HEALTHZ_PORT (the nodes share the host's network)
+#   KUBE_ENV_ETCD_PORT, KUBE_ENV_ETCD_PEER_PORT, KUBE_ENV_KCM_PORT, KUBE_ENV_SCHED_PORT (unset:
+#   the default instance, the cargo tests'); and the kubelets' ports KUBELET_PORT,
+#   KUBELET_HEALTHZ_PORT (the nodes share the host's network)
+#   CLUSTER_KUBE_OWN=1   the instance is this run's own: stopped and wiped at exit; otherwise
+#                  it may be shared, and only what this run started is stopped
 # Binaries: KUBEBUILDER_ASSETS (see .ci/kube-env/assets.sh); containerd 2.x builds:
 # CONTAINERD_BUILDS_DIR (holding unpack.sh, as scripts/test uses) or INFRA_CONTAINERD_BINS.
 
@@ -26,7 +29,8 @@ CLUSTER_NAME=${CLUSTER_NAME:?set CLUSTER_NAME before sourcing scripts/lib/cluste
 export KUBE_ENV_SCHEDULER=1
 CLUSTER_WORK=${CLUSTER_WORK:-/var/tmp/shim-agent-$CLUSTER_NAME}
 CLUSTER_NODES=()      # machines booted (or prepared) by this run, stopped and purged at exit
-CLUSTER_KUBE_UP=0     # 1 once cluster_control_plane_up ran: cluster_cleanup stops and wipes it
+CLUSTER_KUBE_UP=0     # 1 once cluster_control_plane_up ran: cluster_cleanup stops what it must
+CLUSTER_KUBE_STARTED= # what of the instance this run started: all, kube-scheduler, or nothing
 
 # Every env the run needs, or the first one missing (printed), with status 1.
 cluster_missing_env() {
@@ -73,13 +77,32 @@ k() { "$CLUSTER_ASSETS/kubectl" --kubeconfig "$CLUSTER_KUBECONFIG" "$@"; }
 # address: the node shares its network) with a client certificate of the instance's CA, and the
 # kubelet listens there (KUBELET_ADDRESS, read by kubelet-node.sh prepare).
 export KUBELET_ADDRESS=${KUBELET_ADDRESS:-0.0.0.0}
+# cluster_kube_pid NAME: the pid of the instance's component NAME (kube-apiserver, ...), if it runs.
+cluster_kube_pid() { (. "$CLUSTER_KUBE_ENV/env.sh" && pid_alive "$1"); }
+# The instance started, or taken as it runs (up.sh starts only what is missing: here the
+# scheduler, which the cargo tests' instance runs without). up.sh keeps a running API server
+# as it is, so one started without a kubelet client certificate (scripts/test starts the cargo
+# tests' so) is stopped first and started again with one.
 cluster_control_plane_up() {
-  local pki=${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}/pki
+  local pid pki=${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}/pki
   CLUSTER_ASSETS=$("$CLUSTER_KUBE_ENV/assets.sh")
   CLUSTER_KUBE_UP=1
+  if ! cluster_kube_pid kube-apiserver >/dev/null; then CLUSTER_KUBE_STARTED=all
+  elif ! cluster_kube_pid kube-scheduler >/dev/null; then CLUSTER_KUBE_STARTED=kube-scheduler
+  fi
   "$CLUSTER_KUBE_ENV/pki.sh"
   "$CLUSTER_KUBE_ENV/identity.sh" kube-apiserver-kubelet-client system:masters >/dev/null
   export KUBE_ENV_APISERVER_ARGS="--kubelet-client-certificate=$pki/kube-apiserver-kubelet-client.crt --kubelet-client-key=$pki/kube-apiserver-kubelet-client.key --kubelet-preferred-address-types=InternalIP ${KUBE_ENV_APISERVER_ARGS:-}"
+  if pid=$(cluster_kube_pid kube-apiserver) &&
+    ! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -q '^--kubelet-client-certificate='; then
+    info "restarting the API server of kube env ${KUBE_ENV_NAME:-default} with a kubelet client certificate (kubectl logs)"
+    # as down.sh stops it: SIGTERM, SIGKILL after 15 s (it stops listening at once, but may
+    # take a minute to exit while clients hold connections; up.sh would keep it meanwhile)
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  fi
   CLUSTER_KUBECONFIG=$("$CLUSTER_KUBE_ENV/up.sh" | tail -n 1)
   export CLUSTER_KUBECONFIG CLUSTER_ASSETS
 }
@@ -267,17 +290,31 @@ cluster_diagnose() {
 }
 
 # Stops everything this run started: the coordinator, the nodes (purged), the artifacts, the
-# control plane (wiped), the work folder.
+# control plane (its own instance: wiped), the work folder.
 cluster_cleanup() {
+  cluster_stop_nodes
+  cluster_stop_control_plane
+  rm -rf "$CLUSTER_WORK"
+}
+cluster_stop_nodes() {
   local m
   cluster_coordinator_down
   for m in "${CLUSTER_NODES[@]}"; do cluster_node_stop "$m"; done
   CLUSTER_NODES=()
   rm -rf "$CLUSTER_ART"
-  if [ "$CLUSTER_KUBE_UP" = 1 ]; then
+}
+# Its own instance (CLUSTER_KUBE_OWN=1) stopped and wiped, pki and logs too; a shared one
+# stopped if this run started it (its data kept), else only the scheduler this run added.
+cluster_stop_control_plane() {
+  local pid
+  [ "$CLUSTER_KUBE_UP" = 1 ] || return 0
+  if [ "${CLUSTER_KUBE_OWN:-0}" = 1 ]; then
     "$CLUSTER_KUBE_ENV/down.sh" --wipe >/dev/null 2>&1 || true
-    rm -rf "${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}"   # this instance's pki and logs too
-    CLUSTER_KUBE_UP=0
+    rm -rf "${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}"
+  elif [ "$CLUSTER_KUBE_STARTED" = all ]; then
+    "$CLUSTER_KUBE_ENV/down.sh" >/dev/null 2>&1 || true
+  elif [ "$CLUSTER_KUBE_STARTED" = kube-scheduler ] && pid=$(cluster_kube_pid kube-scheduler); then
+    kill "$pid" 2>/dev/null || true
   fi
-  rm -rf "$CLUSTER_WORK"
+  CLUSTER_KUBE_UP=0
 }
