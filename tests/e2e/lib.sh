@@ -1,18 +1,46 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # E2E_FAILED_CONTEXT: read by tests/e2e/run
 # What only the end-to-end test needs, on top of the local cluster of scripts/lib/cluster.sh
-# (shared with scripts/demo): its kube env instance, the gVisor artifact, a busybox pod, the
-# node's state annotation, pod logs.
-# Source it from bash with `set -euo pipefail`; call cluster_cleanup from an EXIT trap.
+# (shared with scripts/demo): its kube env, the gVisor artifact, a busybox pod, the node's state
+# annotation, pod logs.
+# Source it from bash with `set -euo pipefail`; call e2e_cleanup from an EXIT trap.
 #
-# Its own instance and ports, so it runs beside scripts/test's kube env and node env:
-#   KUBE_ENV_NAME=e2e KUBE_ENV_PORT=6643 KUBE_ENV_ETCD_PORT=23990 KUBE_ENV_ETCD_PEER_PORT=24000
-#   KUBE_ENV_KCM_PORT=10457 KUBE_ENV_SCHED_PORT=10459 KUBELET_PORT=10650 KUBELET_HEALTHZ_PORT=10648
-# E2E_WORK: its work folder (default /var/tmp/shim-agent-e2e).
+# The kube env, E2E_KUBE_ENV:
+#   shared (default)  the one the cargo tests use: the instance KUBE_ENV_NAME and its ports name
+#                     (unset: the default one, as scripts/test leaves them), started if it is down
+#                     and stopped again at exit, else taken as it runs: up.sh adds the scheduler
+#                     (only the missing components start; the one this run added is stopped at
+#                     exit), and an API server started without a kubelet client certificate
+#                     (scripts/test's) is restarted with one (kubectl logs). Through this
+#                     repository's .ci/kube-env scripts (kubelet-node.sh prepare/join), whatever
+#                     KUBE_ENV_DIR names: the same instance by its name, state and ports.
+#   own               an instance of its own, wiped at exit, to run beside cargo tests at work:
+#                     KUBE_ENV_NAME=e2e KUBE_ENV_PORT=6643 KUBE_ENV_ETCD_PORT=23990
+#                     KUBE_ENV_ETCD_PEER_PORT=24000 KUBE_ENV_KCM_PORT=10457 KUBE_ENV_SCHED_PORT=10459
+# Shared, one after the other as scripts/test runs them (cargo test has finished; each suite
+# only after the other): what the e2e makes is named e2e-* (Shims, RuntimeClasses, Nodes, pods)
+# and removed by name at exit and before it starts (e2e_sweep_*), never by wiping the instance;
+# its Shims select every node, so they go first. Its coordinator takes the cluster's one
+# coordinator Lease while it runs and releases it on SIGTERM; meanwhile it tends every Shim, as
+# any coordinator does (finalizer, status, rollout slots), others' too. What the cargo tests
+# leave (their Nodes, Shims that select only their own nodes) does not reach its nodes; what
+# would (a Shim without a nodeSelector, a ShimExtension without a shimSelector, left by a failed
+# cargo test) stops it at the start with their names (e2e_foreign_objects). Not safe: running
+# it while cargo tests use the same instance (their coordinators and its would share the
+# Lease), and an e2e killed with SIGKILL (its Shims stay and reach the next cargo tests' nodes: any e2e run
+# removes them first thing, or `kubectl delete shims` them).
+# Both ways, its kubelets listen on KUBELET_PORT=10650 KUBELET_HEALTHZ_PORT=10648 (beside the node
+# env's), and E2E_WORK is its work folder (default /var/tmp/shim-agent-e2e).
 
-export KUBE_ENV_NAME=${KUBE_ENV_NAME:-e2e} KUBE_ENV_PORT=${KUBE_ENV_PORT:-6643}
-export KUBE_ENV_ETCD_PORT=${KUBE_ENV_ETCD_PORT:-23990} KUBE_ENV_ETCD_PEER_PORT=${KUBE_ENV_ETCD_PEER_PORT:-24000}
-export KUBE_ENV_KCM_PORT=${KUBE_ENV_KCM_PORT:-10457} KUBE_ENV_SCHED_PORT=${KUBE_ENV_SCHED_PORT:-10459}
+E2E_KUBE_ENV=${E2E_KUBE_ENV:-shared}
+case $E2E_KUBE_ENV in
+  shared) ;;
+  own)
+    export KUBE_ENV_NAME=e2e KUBE_ENV_PORT=6643 KUBE_ENV_ETCD_PORT=23990 KUBE_ENV_ETCD_PEER_PORT=24000
+    export KUBE_ENV_KCM_PORT=10457 KUBE_ENV_SCHED_PORT=10459
+    CLUSTER_KUBE_OWN=1 ;;
+  *) echo "E2E_KUBE_ENV=$E2E_KUBE_ENV: shared (the default) or own" >&2; exit 2 ;;
+esac
 export KUBELET_PORT=${KUBELET_PORT:-10650} KUBELET_HEALTHZ_PORT=${KUBELET_HEALTHZ_PORT:-10648}
 E2E_WORK=${E2E_WORK:-/var/tmp/shim-agent-e2e}
 CLUSTER_NAME=e2e CLUSTER_WORK=$E2E_WORK
@@ -20,10 +48,69 @@ CLUSTER_NAME=e2e CLUSTER_WORK=$E2E_WORK
 . "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/cluster.sh"
 E2E_FAILED_CONTEXT="" # the node to describe when something fails
 
-# CRD, namespace, RBAC and admission policy, from the packaged binary ($1).
+# CRD, namespace, RBAC and admission policy, from the packaged binary ($1) (over the cargo
+# tests' own apply of deploy/manifests.yaml in a shared kube env).
 e2e_apply_manifests() {
-  "$1" manifests | k apply --server-side -f - >/dev/null
+  "$1" manifests | k apply --server-side --force-conflicts -f - >/dev/null
   k wait --for condition=established --timeout=60s crd/shims.containerd.x-k8s.io >/dev/null
+}
+
+# --- a shared kube env: the e2e's objects by name, and the objects of others that would reach it
+# e2e_sweep_shims: its Shims, deleted and their finalizers dropped (no node or coordinator of
+# this run is left to clear them). First at exit: they select every node, the cargo tests' too.
+e2e_sweep_shims() {
+  local s
+  if [ "$E2E_KUBE_ENV" != shared ] || [ -z "$CLUSTER_KUBECONFIG" ]; then return 0; fi
+  for s in $(k get shims -o name 2>/dev/null | grep '/e2e-'); do
+    k delete "$s" --wait=false >/dev/null 2>&1 || true
+    k patch "$s" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  done
+}
+# e2e_sweep_nodes: its pods, RuntimeClasses and Nodes, once its kubelets stopped (a running
+# kubelet registers its Node again).
+e2e_sweep_nodes() {
+  local kind names
+  if [ "$E2E_KUBE_ENV" != shared ] || [ -z "$CLUSTER_KUBECONFIG" ]; then return 0; fi
+  mapfile -t names < <(k get pods -n default -o name 2>/dev/null | grep '/e2e-')
+  [ ${#names[@]} = 0 ] || k delete -n default "${names[@]}" --force --grace-period=0 >/dev/null 2>&1 || true
+  for kind in runtimeclasses nodes; do
+    mapfile -t names < <(k get "$kind" -o name 2>/dev/null | grep '/e2e-')
+    [ ${#names[@]} = 0 ] || k delete "${names[@]}" --wait=false >/dev/null 2>&1 || true
+  done
+}
+# e2e_foreign_objects: prints the objects of others in the kube env that would reach this run, one
+# a line: Shims without a nodeSelector (its nodes would install them) and ShimExtensions without a
+# shimSelector (their hooks would hold its Shims' rollouts).
+e2e_foreign_objects() {
+  k get shims,shimextensions -o json | python3 -c '
+import json, sys
+for o in json.load(sys.stdin)["items"]:
+    meta, spec = o["metadata"], o.get("spec") or {}
+    if meta["name"].startswith("e2e-") or meta.get("deletionTimestamp"):
+        continue
+    sel = spec.get("shimSelector") or {}
+    if o["kind"] == "Shim" and not spec.get("nodeSelector"):
+        print("Shim %s (no nodeSelector: every node)" % meta["name"])
+    elif o["kind"] == "ShimExtension" and not sel.get("matchLabels") and not sel.get("matchExpressions"):
+        print("ShimExtension %s (no shimSelector: every Shim)" % meta["name"])'
+}
+# e2e_shared_env_check: in a shared kube env, what an earlier run left (killed) removed, and a
+# stop naming what others left that would reach this run.
+e2e_shared_env_check() {
+  local foreign
+  [ "$E2E_KUBE_ENV" = shared ] || return 0
+  e2e_sweep_shims; e2e_sweep_nodes
+  foreign=$(e2e_foreign_objects) || fail "cannot list the Shims and ShimExtensions"
+  [ -z "$foreign" ] || fail "kube env ${KUBE_ENV_NAME:-default} holds objects that would reach the e2e's nodes or Shims: $(echo "$foreign" | paste -sd';' | sed 's/;/; /g'). Delete them, or run with E2E_KUBE_ENV=own"
+}
+# Everything this run started or made: in a shared kube env its Shims first, then the nodes
+# stopped, then its Nodes, pods and RuntimeClasses; then the control plane (see the header).
+e2e_cleanup() {
+  e2e_sweep_shims
+  cluster_stop_nodes
+  e2e_sweep_nodes
+  cluster_stop_control_plane
+  rm -rf "$E2E_WORK"
 }
 
 # e2e_gvisor_artifact RUNC_SHIM: gVisor's runsc (Debian's) with RUNC_SHIM (the node's own
