@@ -26,8 +26,9 @@
 # leave (their Nodes, Shims that select only their own nodes) does not reach its nodes; what
 # would (a Shim without a nodeSelector, a ShimExtension without a shimSelector, left by a failed
 # cargo test) stops it at the start with their names (e2e_foreign_objects). Not safe: running
-# it while cargo tests use the same instance (their coordinators and its would share the
-# Lease), and an e2e killed with SIGKILL (its Shims stay and reach the next cargo tests' nodes: any e2e run
+# it while cargo tests use the same instance (their coordinators and its would share the Lease;
+# it stops first when it sees another client of that API server: e2e_shared_env_idle), and an
+# e2e killed with SIGKILL (its Shims stay and reach the next cargo tests' nodes: any e2e run
 # removes them first thing, or `kubectl delete shims` them).
 # Both ways, its kubelets listen on KUBELET_PORT=10650 KUBELET_HEALTHZ_PORT=10648 (beside the node
 # env's), and E2E_WORK is its work folder (default /var/tmp/shim-agent-e2e).
@@ -102,6 +103,22 @@ e2e_shared_env_check() {
   e2e_sweep_shims; e2e_sweep_nodes
   foreign=$(e2e_foreign_objects) || fail "cannot list the Shims and ShimExtensions"
   [ -z "$foreign" ] || fail "kube env ${KUBE_ENV_NAME:-default} holds objects that would reach the e2e's nodes or Shims: $(echo "$foreign" | paste -sd';' | sed 's/;/; /g'). Delete them, or run with E2E_KUBE_ENV=own"
+}
+# e2e_shared_env_idle: in a shared kube env that runs, a stop before anything is changed (the API
+# server restarted, the coordinator Lease taken) while another client talks to its API server
+# (cargo tests at work), sampled over 3 s: its own components aside, any TCP client of the port.
+# E2E_KUBE_ENV_IDLE=1 (scripts/test, its cargo tests done) skips it.
+e2e_shared_env_idle() {
+  local port=${KUBE_ENV_PORT:-6443} users=""
+  if [ "$E2E_KUBE_ENV" != shared ] || [ "${E2E_KUBE_ENV_IDLE:-0}" = 1 ] ||
+    ! cluster_kube_pid kube-apiserver >/dev/null; then return 0; fi
+  for _ in 1 2 3 4 5 6; do
+    users+=$(ss -Htnp state established "( dport = :$port )" | grep -o 'users:(("[^"]*",pid=[0-9]*' |
+      grep -vE '"(kube-apiserver|kube-controller|kube-scheduler)"' || true)$'\n'
+    sleep 0.5
+  done
+  users=$(sed -n 's/users:(("\(.*\)",pid=/\1 pid /p' <<<"$users" | sort -u | paste -sd, -)
+  [ -z "$users" ] || fail "kube env ${KUBE_ENV_NAME:-default} on port $port is in use by: $users. Run with E2E_KUBE_ENV=own, or when it is idle"
 }
 # Everything this run started or made: in a shared kube env its Shims first, then the nodes
 # stopped, then its Nodes, pods and RuntimeClasses; then the control plane (see the header).
