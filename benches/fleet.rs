@@ -6,7 +6,7 @@
 //! `apiserver_watch_events_total`, before and after); 409 conflicts on slot Leases per slot
 //! hand-off; the API server's CPU time and peak resident memory (from /proc); the peak of
 //! concurrent restarts (must be ≤ N). The concurrency timeline of one run goes to
-//! `target/fleet-timeline.csv` for `scripts/plot-rollout`.
+//! `target/fleet-timeline-<agents>-<maxUpdate>.csv` for `docs/plot-rollout`.
 //!
 //! `cargo bench --bench fleet` runs `FLEET_RUNS` (default `1000:1,1000:10,1000:5%,1000:50`,
 //! each `agents:maxUpdate`) with `FLEET_RESTART_MS` (default 500). Needs the kube env.

@@ -1,244 +1,149 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2034  # E2E_ROOT, E2E_FAILED_CONTEXT: read by the scripts that source it
-# The product end to end, as its users run it: shared by tests/e2e/run and scripts/demo.
-# A local control plane (.ci/kube-env: etcd, kube-apiserver, controller manager, scheduler), the
-# .deb installed into a Debian node image (.ci/node-env) the way an image builder does, the node
-# booted with systemd-nspawn and joined with a real kubelet.
+# shellcheck disable=SC2034  # E2E_FAILED_CONTEXT: read by tests/e2e/run
+# What only the end-to-end test needs, on top of the local cluster of scripts/lib/cluster.sh
+# (shared with scripts/demo): its kube env, the gVisor artifact, a busybox pod, the node's state
+# annotation, pod logs.
 # Source it from bash with `set -euo pipefail`; call e2e_cleanup from an EXIT trap.
 #
-# Its own instance and ports, so it runs beside scripts/test's kube env and node env:
-#   KUBE_ENV_NAME=e2e KUBE_ENV_PORT=6643 KUBE_ENV_ETCD_PORT=23990 KUBE_ENV_ETCD_PEER_PORT=24000
-#   KUBE_ENV_KCM_PORT=10457 KUBE_ENV_SCHED_PORT=10459 KUBELET_PORT=10650 KUBELET_HEALTHZ_PORT=10648
-# Binaries: KUBEBUILDER_ASSETS (see .ci/kube-env/assets.sh); containerd 2.x builds:
-# CONTAINERD_BUILDS_DIR (holding unpack.sh, as scripts/test uses) or INFRA_CONTAINERD_BINS.
+# The kube env, E2E_KUBE_ENV:
+#   shared (default)  the one the cargo tests use: the instance KUBE_ENV_NAME and its ports name
+#                     (unset: the default one, as scripts/test leaves them), started if it is down
+#                     and stopped again at exit, else taken as it runs: up.sh adds the scheduler
+#                     (only the missing components start; the one this run added is stopped at
+#                     exit), and an API server started without a kubelet client certificate
+#                     (scripts/test's) is restarted with one (kubectl logs). Through this
+#                     repository's .ci/kube-env scripts (kubelet-node.sh prepare/join), whatever
+#                     KUBE_ENV_DIR names: the same instance by its name, state and ports.
+#   own               an instance of its own, wiped at exit, to run beside cargo tests at work:
+#                     KUBE_ENV_NAME=e2e KUBE_ENV_PORT=6643 KUBE_ENV_ETCD_PORT=23990
+#                     KUBE_ENV_ETCD_PEER_PORT=24000 KUBE_ENV_KCM_PORT=10457 KUBE_ENV_SCHED_PORT=10459
+# Shared, one after the other as scripts/test runs them (cargo test has finished; each suite
+# only after the other): what the e2e makes is named e2e-* (Shims, RuntimeClasses, Nodes, pods)
+# and removed by name at exit and before it starts (e2e_sweep_*), never by wiping the instance;
+# its Shims select every node, so they go first. Its coordinator takes the cluster's one
+# coordinator Lease while it runs and releases it on SIGTERM; meanwhile it tends every Shim, as
+# any coordinator does (finalizer, status, rollout slots), others' too. What the cargo tests
+# leave (their Nodes, Shims that select only their own nodes) does not reach its nodes; what
+# would (a Shim without a nodeSelector, a ShimExtension without a shimSelector, left by a failed
+# cargo test) stops it at the start with their names (e2e_foreign_objects). Not safe: running
+# it while cargo tests use the same instance (their coordinators and its would share the Lease;
+# it stops first when it sees another client of that API server: e2e_shared_env_idle), and an
+# e2e killed with SIGKILL (its Shims stay and reach the next cargo tests' nodes: any e2e run
+# removes them first thing, or `kubectl delete shims` them).
+# Both ways, its kubelets listen on KUBELET_PORT=10650 KUBELET_HEALTHZ_PORT=10648 (beside the node
+# env's), and E2E_WORK is its work folder (default /var/tmp/shim-agent-e2e).
 
-E2E_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-E2E_KUBE_ENV=$E2E_REPO/.ci/kube-env
-E2E_NODE_ENV=$E2E_REPO/.ci/node-env
-export KUBE_ENV_NAME=${KUBE_ENV_NAME:-e2e} KUBE_ENV_PORT=${KUBE_ENV_PORT:-6643}
-export KUBE_ENV_ETCD_PORT=${KUBE_ENV_ETCD_PORT:-23990} KUBE_ENV_ETCD_PEER_PORT=${KUBE_ENV_ETCD_PEER_PORT:-24000}
-export KUBE_ENV_KCM_PORT=${KUBE_ENV_KCM_PORT:-10457} KUBE_ENV_SCHED_PORT=${KUBE_ENV_SCHED_PORT:-10459}
+E2E_KUBE_ENV=${E2E_KUBE_ENV:-shared}
+case $E2E_KUBE_ENV in
+  shared) ;;
+  own)
+    export KUBE_ENV_NAME=e2e KUBE_ENV_PORT=6643 KUBE_ENV_ETCD_PORT=23990 KUBE_ENV_ETCD_PEER_PORT=24000
+    export KUBE_ENV_KCM_PORT=10457 KUBE_ENV_SCHED_PORT=10459
+    CLUSTER_KUBE_OWN=1 ;;
+  *) echo "E2E_KUBE_ENV=$E2E_KUBE_ENV: shared (the default) or own" >&2; exit 2 ;;
+esac
 export KUBELET_PORT=${KUBELET_PORT:-10650} KUBELET_HEALTHZ_PORT=${KUBELET_HEALTHZ_PORT:-10648}
-export KUBE_ENV_SCHEDULER=1
-E2E_WORK=${E2E_WORK:-/var/tmp/shim-agent-e2e-$KUBE_ENV_NAME}
-E2E_T0=$(date +%s.%N)
-E2E_NODES=()          # machines booted (or prepared) by this run, stopped and purged at exit
-E2E_KUBE_UP=0
+E2E_WORK=${E2E_WORK:-/var/tmp/shim-agent-e2e}
+CLUSTER_NAME=e2e CLUSTER_WORK=$E2E_WORK
+# shellcheck source-path=SCRIPTDIR source=../../scripts/lib/cluster.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/cluster.sh"
 E2E_FAILED_CONTEXT="" # the node to describe when something fails
 
-_e2e_elapsed() { awk -v a="$E2E_T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%6.1f", b-a}'; }
-step() { printf '\n[%ss] == %s\n' "$(_e2e_elapsed)" "$*"; }
-info() { printf '[%ss]    %s\n' "$(_e2e_elapsed)" "$*"; }
-ok() { printf '[%ss] ok %s\n' "$(_e2e_elapsed)" "$*"; }
-fail() { printf '[%ss] FAIL %s\n' "$(_e2e_elapsed)" "$*" >&2; exit 1; }
-
-# Every env the run needs, or the first one missing (printed), with status 1.
-e2e_missing_env() {
-  if [ "$(id -u)" != 0 ]; then echo "needs root (systemd-nspawn, dpkg --root)"; return 0; fi
-  if ! "$E2E_KUBE_ENV/assets.sh" >/dev/null 2>&1; then
-    echo "no control-plane binaries (set KUBEBUILDER_ASSETS: etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet)"
-    return 0
-  fi
-  return 1
-}
-
-# containerd 2.x upstream builds (containerd-vX.Y.Z, ctr-vX.Y.Z, containerd-shim-runc-v2-vX.Y.Z):
-# prints their folder, or nothing.
-e2e_containerd_bins() {
-  local builds=${CONTAINERD_BUILDS_DIR:-$E2E_REPO/../shared/containerd}
-  if [ -n "${INFRA_CONTAINERD_BINS:-}" ]; then echo "$INFRA_CONTAINERD_BINS"
-  elif [ -x "$builds/unpack.sh" ]; then "$builds/unpack.sh"
-  fi
-}
-
-# --- the package ------------------------------------------------------------------------------
-# Builds the .deb (scripts/package when the repository has it, else cargo-deb) and prints its path.
-e2e_build_deb() {
-  local out deb target=${CARGO_TARGET_DIR:-$E2E_REPO/target}
-  if [ -x "$E2E_REPO/scripts/package" ]; then
-    out=$("$E2E_REPO/scripts/package" | tail -n 5) || return 1
-    deb=$(grep -E '\.deb$' <<<"$out" | tail -n 1)
-  else
-    if ! command -v cargo-deb >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then
-      echo "installing cargo-deb (cargo install --locked cargo-deb)" >&2
-      cargo install --locked --quiet cargo-deb >&2 || return 1
-    fi
-    (cd "$E2E_REPO" && cargo deb --locked --quiet >&2) || return 1
-    deb=$(find "$target/debian" -maxdepth 1 -name "shim-agent_*.deb" -printf "%T@ %p\n" | sort -rn | head -n 1 | cut -d" " -f2-)
-  fi
-  [ -f "$deb" ] || { echo "no .deb found after the build" >&2; return 1; }
-  echo "$deb"
-}
-
-# --- the control plane ------------------------------------------------------------------------
-KUBECONFIG_E2E=""
-k() { "$E2E_ASSETS/kubectl" --kubeconfig "$KUBECONFIG_E2E" "$@"; }
-# `kubectl logs` works: the API server reaches the kubelet at the Node's InternalIP (the host's
-# address: the node shares its network) with a client certificate of the instance's CA, and the
-# kubelet listens there (KUBELET_ADDRESS, read by kubelet-node.sh prepare).
-export KUBELET_ADDRESS=${KUBELET_ADDRESS:-0.0.0.0}
-e2e_control_plane_up() {
-  local pki=${KUBE_ENV_STATE:-/var/tmp/kube-env}/$KUBE_ENV_NAME/pki
-  E2E_ASSETS=$("$E2E_KUBE_ENV/assets.sh")
-  E2E_KUBE_UP=1
-  "$E2E_KUBE_ENV/pki.sh"
-  "$E2E_KUBE_ENV/identity.sh" kube-apiserver-kubelet-client system:masters >/dev/null
-  export KUBE_ENV_APISERVER_ARGS="--kubelet-client-certificate=$pki/kube-apiserver-kubelet-client.crt --kubelet-client-key=$pki/kube-apiserver-kubelet-client.key --kubelet-preferred-address-types=InternalIP ${KUBE_ENV_APISERVER_ARGS:-}"
-  KUBECONFIG_E2E=$("$E2E_KUBE_ENV/up.sh" | tail -n 1)
-  export KUBECONFIG_E2E E2E_ASSETS
-}
-# CRD, namespace, RBAC and admission policy, from the packaged binary ($1).
+# CRD, namespace, RBAC and admission policy, from the packaged binary ($1) (over the cargo
+# tests' own apply of deploy/manifests.yaml in a shared kube env).
 e2e_apply_manifests() {
-  "$1" manifests | k apply --server-side -f - >/dev/null
+  "$1" manifests | k apply --server-side --force-conflicts -f - >/dev/null
   k wait --for condition=established --timeout=60s crd/shims.containerd.x-k8s.io >/dev/null
 }
-# The coordinator, as an operator runs it where no node's credential is: the packaged binary
-# ($1) with `shim-agent coordinate` and a coordinator identity (a certificate in the group
-# containerd.x-k8s.io:coordinators), on this host, until e2e_cleanup. Node agents hold no
-# cluster-wide verbs (docs/design.md §7): the finalizer, the RuntimeClasses, the Shims' status
-# and the rollout slots are its work.
-E2E_COORDINATOR_PID=""
-e2e_coordinator_up() {
-  local kc
-  kc=$("$E2E_KUBE_ENV/identity.sh" shim-agent:coordinator containerd.x-k8s.io:coordinators)
-  mkdir -p "$E2E_WORK"
-  "$1" --config /dev/null coordinate --kubeconfig "$kc" --identity "$KUBE_ENV_NAME-coordinator" \
-    >"$E2E_WORK/coordinator.log" 2>&1 &
-  E2E_COORDINATOR_PID=$!
+
+# --- a shared kube env: the e2e's objects by name, and the objects of others that would reach it
+# e2e_sweep_shims: its Shims, deleted and their finalizers dropped (no node or coordinator of
+# this run is left to clear them). First at exit: they select every node, the cargo tests' too.
+e2e_sweep_shims() {
+  local s
+  if [ "$E2E_KUBE_ENV" != shared ] || [ -z "$CLUSTER_KUBECONFIG" ]; then return 0; fi
+  for s in $(k get shims -o name 2>/dev/null | grep '/e2e-'); do
+    k delete "$s" --wait=false >/dev/null 2>&1 || true
+    k patch "$s" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  done
 }
-e2e_coordinator_down() {
-  [ -z "$E2E_COORDINATOR_PID" ] || { kill "$E2E_COORDINATOR_PID" 2>/dev/null || true; wait "$E2E_COORDINATOR_PID" 2>/dev/null || true; }
-  E2E_COORDINATOR_PID=""
+# e2e_sweep_nodes: its pods, RuntimeClasses and Nodes, once its kubelets stopped (a running
+# kubelet registers its Node again).
+e2e_sweep_nodes() {
+  local kind names
+  if [ "$E2E_KUBE_ENV" != shared ] || [ -z "$CLUSTER_KUBECONFIG" ]; then return 0; fi
+  mapfile -t names < <(k get pods -n default -o name 2>/dev/null | grep '/e2e-')
+  [ ${#names[@]} = 0 ] || k delete -n default "${names[@]}" --force --grace-period=0 >/dev/null 2>&1 || true
+  for kind in runtimeclasses nodes; do
+    mapfile -t names < <(k get "$kind" -o name 2>/dev/null | grep '/e2e-')
+    [ ${#names[@]} = 0 ] || k delete "${names[@]}" --wait=false >/dev/null 2>&1 || true
+  done
+}
+# e2e_foreign_objects: prints the objects of others in the kube env that would reach this run, one
+# a line: Shims without a nodeSelector (its nodes would install them) and ShimExtensions without a
+# shimSelector (their hooks would hold its Shims' rollouts).
+e2e_foreign_objects() {
+  k get shims,shimextensions -o json | python3 -c '
+import json, sys
+for o in json.load(sys.stdin)["items"]:
+    meta, spec = o["metadata"], o.get("spec") or {}
+    if meta["name"].startswith("e2e-") or meta.get("deletionTimestamp"):
+        continue
+    sel = spec.get("shimSelector") or {}
+    if o["kind"] == "Shim" and not spec.get("nodeSelector"):
+        print("Shim %s (no nodeSelector: every node)" % meta["name"])
+    elif o["kind"] == "ShimExtension" and not sel.get("matchLabels") and not sel.get("matchExpressions"):
+        print("ShimExtension %s (no shimSelector: every Shim)" % meta["name"])'
+}
+# e2e_shared_env_check: in a shared kube env, what an earlier run left (killed) removed, and a
+# stop naming what others left that would reach this run.
+e2e_shared_env_check() {
+  local foreign
+  [ "$E2E_KUBE_ENV" = shared ] || return 0
+  e2e_sweep_shims; e2e_sweep_nodes
+  foreign=$(e2e_foreign_objects) || fail "cannot list the Shims and ShimExtensions"
+  [ -z "$foreign" ] || fail "kube env ${KUBE_ENV_NAME:-default} holds objects that would reach the e2e's nodes or Shims: $(echo "$foreign" | paste -sd';' | sed 's/;/; /g'). Delete them, or run with E2E_KUBE_ENV=own"
+}
+# e2e_shared_env_idle: in a shared kube env that runs, a stop before anything is changed (the API
+# server restarted, the coordinator Lease taken) while another client talks to its API server
+# (cargo tests at work), sampled over 3 s: its own components aside, any TCP client of the port.
+# E2E_KUBE_ENV_IDLE=1 (scripts/test, its cargo tests done) skips it.
+e2e_shared_env_idle() {
+  local port=${KUBE_ENV_PORT:-6443} users=""
+  if [ "$E2E_KUBE_ENV" != shared ] || [ "${E2E_KUBE_ENV_IDLE:-0}" = 1 ] ||
+    ! cluster_kube_pid kube-apiserver >/dev/null; then return 0; fi
+  for _ in 1 2 3 4 5 6; do
+    users+=$(ss -Htnp state established "( dport = :$port )" | grep -o 'users:(("[^"]*",pid=[0-9]*' |
+      grep -vE '"(kube-apiserver|kube-controller|kube-scheduler)"' || true)$'\n'
+    sleep 0.5
+  done
+  users=$(sed -n 's/users:(("\(.*\)",pid=/\1 pid /p' <<<"$users" | sort -u | paste -sd, -)
+  [ -z "$users" ] || fail "kube env ${KUBE_ENV_NAME:-default} on port $port is in use by: $users. Run with E2E_KUBE_ENV=own, or when it is idle"
+}
+# Everything this run started or made: in a shared kube env its Shims first, then the nodes
+# stopped, then its Nodes, pods and RuntimeClasses; then the control plane (see the header).
+e2e_cleanup() {
+  e2e_sweep_shims
+  cluster_stop_nodes
+  e2e_sweep_nodes
+  cluster_stop_control_plane
+  rm -rf "$E2E_WORK"
 }
 
-# --- artifacts: file:// URLs, at the same path on the host (where `install --root` reads them
-# while baking the image) and in the node (where the agent reads them): an air-gapped node's
-# way, with no server to run (the node image has no CA certificates, on purpose).
-E2E_ART=/srv/shim-agent-$KUBE_ENV_NAME
-# e2e_artifact NAME ARCHIVE: the artifact ARCHIVE (a shim's release .tar.gz) as Shim NAME's, at
-# $E2E_ART/NAME.tar.gz (one artifact can serve several Shims); prints its sha256.
-e2e_artifact() {
-  mkdir -p "$E2E_ART"
-  cp "$2" "$E2E_ART/$1.tar.gz"
-  sha256sum "$E2E_ART/$1.tar.gz" | cut -d' ' -f1
-}
-
-# --- real runtimes, built only from what the package registries hold (tests/shims/README.md) ---
-# The Wasm shim (containerd-shim-wasmi-v1: runwasi's containerd-shim-wasm with wasmi, from
-# crates.io) and its image. Both are cached under SHIM_AGENT_TEST_CACHE; a cold shim build takes
-# minutes (logged with its time). Sets E2E_WASM_SHIM (the runwasi-style .tar.gz) and
-# E2E_WASM_IMAGE_TAR (an OCI archive of $E2E_WASM_IMAGE: /hello.wasm prints "hello from wasm",
-# /sleep.wasm runs until killed).
-E2E_WASM_IMAGE=docker.io/library/shim-agent-wasm-hello:v1
-e2e_wasm_artifacts() {
-  local t=$SECONDS
-  E2E_WASM_SHIM=$(nice -n 10 "$E2E_REPO/tests/shims/build-wasm-shim") || fail "tests/shims/build-wasm-shim failed"
-  E2E_WASM_SHIM_SECS=$((SECONDS - t))
-  E2E_WASM_IMAGE_TAR=$("$E2E_REPO/tests/shims/build-wasm-image") || fail "tests/shims/build-wasm-image failed"
-}
 # e2e_gvisor_artifact RUNC_SHIM: gVisor's runsc (Debian's) with RUNC_SHIM (the node's own
 # containerd line's runc shim) and a launcher, one .tar.gz of four files; prints its path.
 e2e_gvisor_artifact() {
-  RUNC_SHIM=$1 "$E2E_REPO/tests/shims/build-runsc-artifact" || fail "tests/shims/build-runsc-artifact failed"
-}
-# e2e_import_image MACHINE ROOT ARCHIVE: an OCI archive into the booted node's k8s.io namespace.
-# --all-platforms: a wasi/wasm image is no platform of the node's; --local: containerd 2.x unpacks
-# it at import (its transfer service would not, and CRI could not create the container).
-e2e_import_image() {
-  mkdir -p "$2/var/tmp/images"
-  cp "$3" "$2/var/tmp/images/${3##*/}"
-  X "$1" ctr -n k8s.io images import --local --all-platforms "/var/tmp/images/${3##*/}" >/dev/null
-}
-# The artifacts into the node image, at the same path.
-e2e_publish_artifacts() { mkdir -p "$1$E2E_ART"; cp "$E2E_ART"/*.tar.gz "$1$E2E_ART/"; }
-# e2e_shim_yaml NAME SHA256 [SELECTOR_KEY=VALUE]: a Shim for that artifact.
-e2e_shim_yaml() {
-  cat <<YAML
-apiVersion: containerd.x-k8s.io/v1alpha1
-kind: Shim
-metadata:
-  name: $1
-spec:
-YAML
-  [ -z "${3:-}" ] || printf '  nodeSelector: {"%s": "%s"}\n' "${3%%=*}" "${3#*=}"
-  cat <<YAML
-  fetchStrategy:
-    type: anonymousHttp
-    anonHttp:
-      location: file://$E2E_ART/$1.tar.gz
-      sha256: $2
-  runtimeClass:
-    name: $1
-YAML
+  RUNC_SHIM=$1 "$CLUSTER_REPO/tests/shims/build-runsc-artifact" || fail "tests/shims/build-runsc-artifact failed"
 }
 
-# --- the node ---------------------------------------------------------------------------------
-# e2e_node_image MACHINE CONTAINERD(debian|X.Y.Z): a fresh, unbooted working copy of the node-env
-# rootfs at /var/tmp/node-env/MACHINE (E2E_ROOT), with that containerd and the kubelet baked in.
-e2e_node_image() {
-  local m=$1 v=$2 bins=""
-  [ "$v" = debian ] || { bins=$(e2e_containerd_bins); [ -n "$bins" ] || fail "no containerd $v builds"; }
-  E2E_NODES+=("$m")
-  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" "$E2E_NODE_ENV/make-rootfs.sh" >&2
-  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" INFRA_CONTAINERD="$v" \
-    INFRA_CONTAINERD_BINS="${bins:-/nonexistent}" INFRA_FRESH=only "$E2E_NODE_ENV/boot.sh" 2>&1 | sed 's/^/    /' >&2
-  local r=/var/tmp/node-env/$m
-  [ -x "$r/usr/bin/containerd" ] || fail "no working copy at $r"
-  "$E2E_KUBE_ENV/kubelet-node.sh" prepare "$r" "$m" >&2
-  E2E_ROOT=$r
-}
-# Boot a prepared working copy (host network: the API server is on 127.0.0.1; v1 controllers, the
-# same for 1.6 and 2.x: containerd 2.x gives every pod sandbox cpu shares, and the Wasm shim's
-# youki writes cpu.weight for any container with cpu shares, which needs the cpu controller; on
-# unified cgroups without it, 1.6 would need CRI's disable_cgroup = true).
-# The node boots unjoined, as an image builder's node does: e2e_node_join joins it later.
-e2e_node_boot() {
-  local m=$1 v=$2 bins=""
-  [ "$v" = debian ] || bins=$(e2e_containerd_bins)
-  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" INFRA_CONTAINERD="$v" INFRA_CONTAINERD_BINS="${bins:-/nonexistent}" \
-    INFRA_FRESH=0 INFRA_NETWORK=host INFRA_CGROUP=hybrid "$E2E_NODE_ENV/boot.sh" 2>&1 >/dev/null | sed 's/^/    /'
-}
-# e2e_node_join MACHINE: as `kubeadm join` on the booted node: the images, the CA and the kubelet's
-# kubeconfig written into it, the kubelet started (kubelet-node.sh join).
-e2e_node_join() { env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$E2E_KUBE_ENV/kubelet-node.sh" join | sed 's/^/    /'; }
-# X MACHINE CMD...: run CMD inside the node.
-X() { local m=$1; shift; env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" "$E2E_NODE_ENV/exec.sh" "$@"; }
-e2e_node_stop() {
-  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$E2E_NODE_ENV/stop.sh" --purge >/dev/null 2>&1 || true
-  rm -rf "/var/tmp/node-env/run/$1"   # its console log
-}
-
-# containerd's config as the agent may change it (config.toml, conf.d/*), one line per file.
-e2e_config_digest() {
-  local r=$1 f
-  for f in "$r"/etc/containerd/config.toml "$r"/etc/containerd/conf.d/*; do
-    [ -e "$f" ] && printf '%s %s\n' "$(sha256sum <"$f" | cut -c1-64)" "${f#"$r"}"
-  done
-  return 0
-}
-
-# --- polling and reading ----------------------------------------------------------------------
-# eventually SECS WHAT CMD...: CMD succeeds within SECS seconds, else fail naming WHAT.
-eventually() {
-  local t=$1 what=$2; shift 2
-  local end=$((SECONDS + t))
-  while [ "$SECONDS" -lt "$end" ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
-  "$@" >/dev/null 2>&1 || fail "$what (not within ${t}s)"
-}
-node_label() { k get node "$1" -o "jsonpath={.metadata.labels.containerd\.x-k8s\.io/$2}" 2>/dev/null; }
-has_label() { [ "$(node_label "$1" "$2")" = true ]; }
-lacks_label() { [ -z "$(node_label "$1" "$2")" ]; }
 # the phase of Shim $2 in Node $1's state annotation
 node_phase() {
   k get node "$1" -o 'jsonpath={.metadata.annotations.containerd\.x-k8s\.io/shim-state}' 2>/dev/null |
     python3 -c 'import json,sys; t=sys.stdin.read().strip(); print(json.loads(t).get(sys.argv[1],{}).get("phase","") if t else "")' "$2"
 }
 phase_is() { [ "$(node_phase "$1" "$2")" = "$3" ]; }
-pod_phase() { k get pod "$1" -o 'jsonpath={.status.phase}' 2>/dev/null; }
-pod_phase_is() { [ "$(pod_phase "$1")" = "$2" ]; }
-exists() { k get "$@" >/dev/null 2>&1; }
-gone() { ! k get "$@" >/dev/null 2>&1; }
-shim_ready() { [ "$(k get shim "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+# pod_logs NAME: what the pod's container wrote (kubectl logs: the API server asks the kubelet)
+pod_logs() { k logs "$1" 2>&1; }
 
 # e2e_pod NAME RUNTIMECLASS COMMAND: a hostNetwork busybox pod that tolerates the NotReady taint.
 e2e_pod() {
@@ -263,64 +168,4 @@ spec:
     - |
       $3
 YAML
-}
-
-# e2e_wasm_pod NAME RUNTIMECLASS [MODULE]: a hostNetwork pod of the Wasm image; its entrypoint
-# (/hello.wasm) or /MODULE. Its own pid namespace (the default; a shared one fails on 2.3.4).
-e2e_wasm_pod() {
-  k apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: default}
-spec:
-  runtimeClassName: $2
-  hostNetwork: true
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 2
-  tolerations: [{key: node.kubernetes.io/not-ready, operator: Exists, effect: NoSchedule}]
-  containers:
-  - name: main
-    image: $E2E_WASM_IMAGE
-    imagePullPolicy: Never
-$( [ -z "${3:-}" ] || printf '    command: ["/%s"]\n' "$3" )
-YAML
-}
-# pod_logs NAME: what the pod's container wrote (kubectl logs: the API server asks the kubelet)
-pod_logs() { k logs "$1" 2>&1; }
-
-# What went wrong: the agent's and the kubelet's journals and the objects.
-e2e_diagnose() {
-  local m=$1
-  echo "---------------- diagnostics for $m ----------------"
-  if [ -f "/var/tmp/node-env/run/$m/env" ]; then
-    echo "--- journalctl -u shim-agent (in $m)"; X "$m" journalctl -u shim-agent --no-pager -n 150 -o short-precise 2>&1 || true
-    echo "--- journalctl -u kubelet (in $m, last 60)"; X "$m" journalctl -u kubelet --no-pager -n 60 -o short-precise 2>&1 || true
-    echo "--- journalctl -u containerd (in $m, last 40)"; X "$m" journalctl -u containerd --no-pager -n 40 -o short-precise 2>&1 || true
-    echo "--- shim-agent status (in $m)"; X "$m" shim-agent status 2>&1 || true
-  fi
-  if [ -f "$E2E_WORK/coordinator.log" ]; then
-    echo "--- the coordinator's log (shim-agent coordinate, last 60)"; tail -n 60 "$E2E_WORK/coordinator.log" || true
-  fi
-  if [ -n "$KUBECONFIG_E2E" ]; then
-    echo "--- kubectl describe shims"; k describe shims 2>&1 || true
-    echo "--- kubectl describe node $m"; k describe node "$m" 2>&1 || true
-    echo "--- kubectl describe pods"; k describe pods 2>&1 || true
-    echo "--- kubectl get runtimeclasses,events"; k get runtimeclasses 2>&1 || true; k get events -A --sort-by=.lastTimestamp 2>&1 | tail -30 || true
-  fi
-}
-
-# Stops everything this run started: nodes (purged), the artifact server, the control plane (wiped).
-e2e_cleanup() {
-  local m
-  e2e_coordinator_down
-  for m in "${E2E_NODES[@]}"; do e2e_node_stop "$m"; done
-  E2E_NODES=()
-  rm -rf "$E2E_ART"
-  if [ "$E2E_KUBE_UP" = 1 ]; then
-    "$E2E_KUBE_ENV/down.sh" --wipe >/dev/null 2>&1 || true
-    rm -rf "${KUBE_ENV_STATE:-/var/tmp/kube-env}/$KUBE_ENV_NAME"   # this instance's pki and logs too
-    E2E_KUBE_UP=0
-  fi
-  rm -rf "$E2E_WORK"
 }

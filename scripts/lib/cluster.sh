@@ -1,0 +1,320 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # CLUSTER_ROOT, CLUSTER_WASM_*: read by the scripts that source it
+# A local cluster as shim-agent's users run it, for scripts/demo and tests/e2e: a control plane
+# (.ci/kube-env: etcd, kube-apiserver, controller manager, scheduler), the .deb installed into a
+# Debian node image (.ci/node-env) the way an image builder does, the node booted with
+# systemd-nspawn and joined with a real kubelet, real runtimes as file:// artifacts.
+# Source it from bash with `set -euo pipefail` (it sources scripts/lib.sh: step, info, ok, fail);
+# call cluster_cleanup from an EXIT trap.
+#
+# Set before sourcing:
+#   CLUSTER_NAME   this run's name (demo, e2e): its work folder CLUSTER_WORK (default
+#                  /var/tmp/shim-agent-NAME), its artifacts /srv/shim-agent-NAME, its coordinator's
+#                  identity NAME-coordinator
+#   the kube env instance, as .ci/kube-env/env.sh reads it: KUBE_ENV_NAME, KUBE_ENV_PORT,
+#   KUBE_ENV_ETCD_PORT, KUBE_ENV_ETCD_PEER_PORT, KUBE_ENV_KCM_PORT, KUBE_ENV_SCHED_PORT (unset:
+#   the default instance, the cargo tests'); and the kubelets' ports KUBELET_PORT,
+#   KUBELET_HEALTHZ_PORT (the nodes share the host's network)
+#   CLUSTER_KUBE_OWN=1   the instance is this run's own: stopped and wiped at exit; otherwise
+#                  it may be shared, and only what this run started is stopped
+# Binaries: KUBEBUILDER_ASSETS (see .ci/kube-env/assets.sh); containerd 2.x builds:
+# CONTAINERD_BUILDS_DIR (holding unpack.sh, as scripts/test uses) or INFRA_CONTAINERD_BINS.
+
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+CLUSTER_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+CLUSTER_KUBE_ENV=$CLUSTER_REPO/.ci/kube-env
+CLUSTER_NODE_ENV=$CLUSTER_REPO/.ci/node-env
+CLUSTER_NAME=${CLUSTER_NAME:?set CLUSTER_NAME before sourcing scripts/lib/cluster.sh}
+export KUBE_ENV_SCHEDULER=1
+CLUSTER_WORK=${CLUSTER_WORK:-/var/tmp/shim-agent-$CLUSTER_NAME}
+CLUSTER_NODES=()      # machines booted (or prepared) by this run, stopped and purged at exit
+CLUSTER_KUBE_UP=0     # 1 once cluster_control_plane_up ran: cluster_cleanup stops what it must
+CLUSTER_KUBE_STARTED= # what of the instance this run started: all, kube-scheduler, or nothing
+
+# Every env the run needs, or the first one missing (printed), with status 1.
+cluster_missing_env() {
+  if [ "$(id -u)" != 0 ]; then echo "needs root (systemd-nspawn, dpkg --root)"; return 0; fi
+  if ! "$CLUSTER_KUBE_ENV/assets.sh" >/dev/null 2>&1; then
+    echo "no control-plane binaries (set KUBEBUILDER_ASSETS: etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet)"
+    return 0
+  fi
+  return 1
+}
+
+# containerd 2.x upstream builds (containerd-vX.Y.Z, ctr-vX.Y.Z, containerd-shim-runc-v2-vX.Y.Z):
+# prints their folder, or nothing.
+cluster_containerd_bins() {
+  local builds=${CONTAINERD_BUILDS_DIR:-$CLUSTER_REPO/../shared/containerd}
+  if [ -n "${INFRA_CONTAINERD_BINS:-}" ]; then echo "$INFRA_CONTAINERD_BINS"
+  elif [ -x "$builds/unpack.sh" ]; then "$builds/unpack.sh"
+  fi
+}
+
+# --- the package ------------------------------------------------------------------------------
+# Builds the .deb (scripts/package when the repository has it, else cargo-deb) and prints its path.
+cluster_build_deb() {
+  local out deb target=${CARGO_TARGET_DIR:-$CLUSTER_REPO/target}
+  if [ -x "$CLUSTER_REPO/scripts/package" ]; then
+    out=$("$CLUSTER_REPO/scripts/package" | tail -n 5) || return 1
+    deb=$(grep -E '\.deb$' <<<"$out" | tail -n 1)
+  else
+    if ! command -v cargo-deb >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then
+      echo "installing cargo-deb (cargo install --locked cargo-deb)" >&2
+      cargo install --locked --quiet cargo-deb >&2 || return 1
+    fi
+    (cd "$CLUSTER_REPO" && cargo deb --locked --quiet >&2) || return 1
+    deb=$(find "$target/debian" -maxdepth 1 -name "shim-agent_*.deb" -printf "%T@ %p\n" | sort -rn | head -n 1 | cut -d" " -f2-)
+  fi
+  [ -f "$deb" ] || { echo "no .deb found after the build" >&2; return 1; }
+  echo "$deb"
+}
+
+# --- the control plane ------------------------------------------------------------------------
+CLUSTER_KUBECONFIG=""
+k() { "$CLUSTER_ASSETS/kubectl" --kubeconfig "$CLUSTER_KUBECONFIG" "$@"; }
+# `kubectl logs` works: the API server reaches the kubelet at the Node's InternalIP (the host's
+# address: the node shares its network) with a client certificate of the instance's CA, and the
+# kubelet listens there (KUBELET_ADDRESS, read by kubelet-node.sh prepare).
+export KUBELET_ADDRESS=${KUBELET_ADDRESS:-0.0.0.0}
+# cluster_kube_pid NAME: the pid of the instance's component NAME (kube-apiserver, ...), if it runs.
+cluster_kube_pid() { (. "$CLUSTER_KUBE_ENV/env.sh" && pid_alive "$1"); }
+# The instance started, or taken as it runs (up.sh starts only what is missing: here the
+# scheduler, which the cargo tests' instance runs without). up.sh keeps a running API server
+# as it is, so one started without a kubelet client certificate (scripts/test starts the cargo
+# tests' so) is stopped first and started again with one.
+cluster_control_plane_up() {
+  local pid pki=${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}/pki
+  CLUSTER_ASSETS=$("$CLUSTER_KUBE_ENV/assets.sh")
+  CLUSTER_KUBE_UP=1
+  if ! cluster_kube_pid kube-apiserver >/dev/null; then CLUSTER_KUBE_STARTED=all
+  elif ! cluster_kube_pid kube-scheduler >/dev/null; then CLUSTER_KUBE_STARTED=kube-scheduler
+  fi
+  "$CLUSTER_KUBE_ENV/pki.sh"
+  "$CLUSTER_KUBE_ENV/identity.sh" kube-apiserver-kubelet-client system:masters >/dev/null
+  export KUBE_ENV_APISERVER_ARGS="--kubelet-client-certificate=$pki/kube-apiserver-kubelet-client.crt --kubelet-client-key=$pki/kube-apiserver-kubelet-client.key --kubelet-preferred-address-types=InternalIP ${KUBE_ENV_APISERVER_ARGS:-}"
+  if pid=$(cluster_kube_pid kube-apiserver) &&
+    ! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -q '^--kubelet-client-certificate='; then
+    info "restarting the API server of kube env ${KUBE_ENV_NAME:-default} with a kubelet client certificate (kubectl logs)"
+    # as down.sh stops it: SIGTERM, SIGKILL after 15 s (it stops listening at once, but may
+    # take a minute to exit while clients hold connections; up.sh would keep it meanwhile)
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  fi
+  CLUSTER_KUBECONFIG=$("$CLUSTER_KUBE_ENV/up.sh" | tail -n 1)
+  export CLUSTER_KUBECONFIG CLUSTER_ASSETS
+}
+# The coordinator, as an operator runs it where no node's credential is: the packaged binary
+# ($1) with `shim-agent coordinate` and a coordinator identity (a certificate in the group
+# containerd.x-k8s.io:coordinators), on this host, until cluster_cleanup. Node agents hold no
+# cluster-wide verbs (docs/design.md §7): the finalizer, the RuntimeClasses, the Shims' status
+# and the rollout slots are its work.
+CLUSTER_COORDINATOR_PID=""
+cluster_coordinator_up() {
+  local kc
+  kc=$("$CLUSTER_KUBE_ENV/identity.sh" shim-agent:coordinator containerd.x-k8s.io:coordinators)
+  mkdir -p "$CLUSTER_WORK"
+  "$1" --config /dev/null coordinate --kubeconfig "$kc" --identity "$CLUSTER_NAME-coordinator" \
+    >"$CLUSTER_WORK/coordinator.log" 2>&1 &
+  CLUSTER_COORDINATOR_PID=$!
+}
+cluster_coordinator_down() {
+  [ -z "$CLUSTER_COORDINATOR_PID" ] || { kill "$CLUSTER_COORDINATOR_PID" 2>/dev/null || true; wait "$CLUSTER_COORDINATOR_PID" 2>/dev/null || true; }
+  CLUSTER_COORDINATOR_PID=""
+}
+
+# --- artifacts: file:// URLs, at the same path on the host (where `install --root` reads them
+# while baking the image) and in the node (where the agent reads them): an air-gapped node's
+# way, with no server to run (the node image has no CA certificates, on purpose).
+CLUSTER_ART=/srv/shim-agent-$CLUSTER_NAME
+# cluster_artifact NAME ARCHIVE: the artifact ARCHIVE (a shim's release .tar.gz) as Shim NAME's,
+# at $CLUSTER_ART/NAME.tar.gz (one artifact can serve several Shims); prints its sha256.
+cluster_artifact() {
+  mkdir -p "$CLUSTER_ART"
+  cp "$2" "$CLUSTER_ART/$1.tar.gz"
+  sha256sum "$CLUSTER_ART/$1.tar.gz" | cut -d' ' -f1
+}
+
+# --- a real runtime, built only from what the package registries hold (tests/shims/README.md) ---
+# The Wasm shim (containerd-shim-wasmi-v1: runwasi's containerd-shim-wasm with wasmi, from
+# crates.io) and its image. Both are cached under SHIM_AGENT_TEST_CACHE; a cold shim build takes
+# minutes (logged with its time). Sets CLUSTER_WASM_SHIM (the runwasi-style .tar.gz) and
+# CLUSTER_WASM_IMAGE_TAR (an OCI archive of $CLUSTER_WASM_IMAGE: /hello.wasm prints "hello from
+# wasm", /sleep.wasm runs until killed).
+CLUSTER_WASM_IMAGE=docker.io/library/shim-agent-wasm-hello:v1
+cluster_wasm_artifacts() {
+  local t=$SECONDS
+  CLUSTER_WASM_SHIM=$(nice -n 10 "$CLUSTER_REPO/tests/shims/build-wasm-shim") || fail "tests/shims/build-wasm-shim failed"
+  CLUSTER_WASM_SHIM_SECS=$((SECONDS - t))
+  CLUSTER_WASM_IMAGE_TAR=$("$CLUSTER_REPO/tests/shims/build-wasm-image") || fail "tests/shims/build-wasm-image failed"
+}
+# cluster_import_image MACHINE ROOT ARCHIVE: an OCI archive into the booted node's k8s.io
+# namespace. --all-platforms: a wasi/wasm image is no platform of the node's; --local:
+# containerd 2.x unpacks it at import (its transfer service would not, and CRI could not create
+# the container).
+cluster_import_image() {
+  mkdir -p "$2/var/tmp/images"
+  cp "$3" "$2/var/tmp/images/${3##*/}"
+  X "$1" ctr -n k8s.io images import --local --all-platforms "/var/tmp/images/${3##*/}" >/dev/null
+}
+# The artifacts into the node image, at the same path.
+cluster_publish_artifacts() { mkdir -p "$1$CLUSTER_ART"; cp "$CLUSTER_ART"/*.tar.gz "$1$CLUSTER_ART/"; }
+# cluster_shim_yaml NAME SHA256 [SELECTOR_KEY=VALUE]: a Shim for that artifact.
+cluster_shim_yaml() {
+  cat <<YAML
+apiVersion: containerd.x-k8s.io/v1alpha1
+kind: Shim
+metadata:
+  name: $1
+spec:
+YAML
+  [ -z "${3:-}" ] || printf '  nodeSelector: {"%s": "%s"}\n' "${3%%=*}" "${3#*=}"
+  cat <<YAML
+  fetchStrategy:
+    type: anonymousHttp
+    anonHttp:
+      location: file://$CLUSTER_ART/$1.tar.gz
+      sha256: $2
+  runtimeClass:
+    name: $1
+YAML
+}
+
+# --- the node ---------------------------------------------------------------------------------
+# cluster_node_image MACHINE CONTAINERD(debian|X.Y.Z): a fresh, unbooted working copy of the
+# node-env rootfs at /var/tmp/node-env/MACHINE (CLUSTER_ROOT), with that containerd and the
+# kubelet baked in.
+cluster_node_image() {
+  local m=$1 v=$2 bins=""
+  [ "$v" = debian ] || { bins=$(cluster_containerd_bins); [ -n "$bins" ] || fail "no containerd $v builds"; }
+  CLUSTER_NODES+=("$m")
+  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" "$CLUSTER_NODE_ENV/make-rootfs.sh" >&2
+  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" INFRA_CONTAINERD="$v" \
+    INFRA_CONTAINERD_BINS="${bins:-/nonexistent}" INFRA_FRESH=only "$CLUSTER_NODE_ENV/boot.sh" 2>&1 | sed 's/^/    /' >&2
+  local r=/var/tmp/node-env/$m
+  [ -x "$r/usr/bin/containerd" ] || fail "no working copy at $r"
+  "$CLUSTER_KUBE_ENV/kubelet-node.sh" prepare "$r" "$m" >&2
+  CLUSTER_ROOT=$r
+}
+# Boot a prepared working copy (host network: the API server is on 127.0.0.1; v1 controllers, the
+# same for 1.6 and 2.x: containerd 2.x gives every pod sandbox cpu shares, and the Wasm shim's
+# youki writes cpu.weight for any container with cpu shares, which needs the cpu controller; on
+# unified cgroups without it, 1.6 would need CRI's disable_cgroup = true).
+# The node boots unjoined, as an image builder's node does: cluster_node_join joins it later.
+cluster_node_boot() {
+  local m=$1 v=$2 bins=""
+  [ "$v" = debian ] || bins=$(cluster_containerd_bins)
+  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" INFRA_CONTAINERD="$v" INFRA_CONTAINERD_BINS="${bins:-/nonexistent}" \
+    INFRA_FRESH=0 INFRA_NETWORK=host INFRA_CGROUP=hybrid "$CLUSTER_NODE_ENV/boot.sh" 2>&1 >/dev/null | sed 's/^/    /'
+}
+# cluster_node_join MACHINE: as `kubeadm join` on the booted node: the images, the CA and the
+# kubelet's kubeconfig written into it, the kubelet started (kubelet-node.sh join).
+cluster_node_join() { env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$CLUSTER_KUBE_ENV/kubelet-node.sh" join | sed 's/^/    /'; }
+# X MACHINE CMD...: run CMD inside the node.
+X() { local m=$1; shift; env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" "$CLUSTER_NODE_ENV/exec.sh" "$@"; }
+cluster_node_stop() {
+  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$CLUSTER_NODE_ENV/stop.sh" --purge >/dev/null 2>&1 || true
+  rm -rf "/var/tmp/node-env/run/$1"   # its console log
+}
+
+# containerd's config as the agent may change it (config.toml, conf.d/*), one line per file.
+cluster_config_digest() {
+  local r=$1 f
+  for f in "$r"/etc/containerd/config.toml "$r"/etc/containerd/conf.d/*; do
+    [ -e "$f" ] && printf '%s %s\n' "$(sha256sum <"$f" | cut -c1-64)" "${f#"$r"}"
+  done
+  return 0
+}
+
+# --- polling and reading ----------------------------------------------------------------------
+# eventually SECS WHAT CMD...: CMD succeeds within SECS seconds, else fail naming WHAT.
+eventually() {
+  local t=$1 what=$2; shift 2
+  local end=$((SECONDS + t))
+  while [ "$SECONDS" -lt "$end" ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  "$@" >/dev/null 2>&1 || fail "$what (not within ${t}s)"
+}
+node_label() { k get node "$1" -o "jsonpath={.metadata.labels.containerd\.x-k8s\.io/$2}" 2>/dev/null; }
+has_label() { [ "$(node_label "$1" "$2")" = true ]; }
+lacks_label() { [ -z "$(node_label "$1" "$2")" ]; }
+pod_phase() { k get pod "$1" -o 'jsonpath={.status.phase}' 2>/dev/null; }
+pod_phase_is() { [ "$(pod_phase "$1")" = "$2" ]; }
+exists() { k get "$@" >/dev/null 2>&1; }
+gone() { ! k get "$@" >/dev/null 2>&1; }
+shim_ready() { [ "$(k get shim "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+
+# cluster_wasm_pod NAME RUNTIMECLASS [MODULE]: a hostNetwork pod of the Wasm image; its
+# entrypoint (/hello.wasm) or /MODULE. Its own pid namespace (the default; a shared one fails on
+# 2.3.4).
+cluster_wasm_pod() {
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default}
+spec:
+  runtimeClassName: $2
+  hostNetwork: true
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 2
+  tolerations: [{key: node.kubernetes.io/not-ready, operator: Exists, effect: NoSchedule}]
+  containers:
+  - name: main
+    image: $CLUSTER_WASM_IMAGE
+    imagePullPolicy: Never
+$( [ -z "${3:-}" ] || printf '    command: ["/%s"]\n' "$3" )
+YAML
+}
+
+# What went wrong: the agent's and the kubelet's journals and the objects.
+cluster_diagnose() {
+  local m=$1
+  echo "---------------- diagnostics for $m ----------------"
+  if [ -f "/var/tmp/node-env/run/$m/env" ]; then
+    echo "--- journalctl -u shim-agent (in $m)"; X "$m" journalctl -u shim-agent --no-pager -n 150 -o short-precise 2>&1 || true
+    echo "--- journalctl -u kubelet (in $m, last 60)"; X "$m" journalctl -u kubelet --no-pager -n 60 -o short-precise 2>&1 || true
+    echo "--- journalctl -u containerd (in $m, last 40)"; X "$m" journalctl -u containerd --no-pager -n 40 -o short-precise 2>&1 || true
+    echo "--- shim-agent status (in $m)"; X "$m" shim-agent status 2>&1 || true
+  fi
+  if [ -f "$CLUSTER_WORK/coordinator.log" ]; then
+    echo "--- the coordinator's log (shim-agent coordinate, last 60)"; tail -n 60 "$CLUSTER_WORK/coordinator.log" || true
+  fi
+  if [ -n "$CLUSTER_KUBECONFIG" ]; then
+    echo "--- kubectl describe shims"; k describe shims 2>&1 || true
+    echo "--- kubectl describe node $m"; k describe node "$m" 2>&1 || true
+    echo "--- kubectl describe pods"; k describe pods 2>&1 || true
+    echo "--- kubectl get runtimeclasses,events"; k get runtimeclasses 2>&1 || true; k get events -A --sort-by=.lastTimestamp 2>&1 | tail -30 || true
+  fi
+}
+
+# Stops everything this run started: the coordinator, the nodes (purged), the artifacts, the
+# control plane (its own instance: wiped), the work folder.
+cluster_cleanup() {
+  cluster_stop_nodes
+  cluster_stop_control_plane
+  rm -rf "$CLUSTER_WORK"
+}
+cluster_stop_nodes() {
+  local m
+  cluster_coordinator_down
+  for m in "${CLUSTER_NODES[@]}"; do cluster_node_stop "$m"; done
+  CLUSTER_NODES=()
+  rm -rf "$CLUSTER_ART"
+}
+# Its own instance (CLUSTER_KUBE_OWN=1) stopped and wiped, pki and logs too; a shared one
+# stopped if this run started it (its data kept), else only the scheduler this run added.
+cluster_stop_control_plane() {
+  local pid
+  [ "$CLUSTER_KUBE_UP" = 1 ] || return 0
+  if [ "${CLUSTER_KUBE_OWN:-0}" = 1 ]; then
+    "$CLUSTER_KUBE_ENV/down.sh" --wipe >/dev/null 2>&1 || true
+    rm -rf "${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}"
+  elif [ "$CLUSTER_KUBE_STARTED" = all ]; then
+    "$CLUSTER_KUBE_ENV/down.sh" >/dev/null 2>&1 || true
+  elif [ "$CLUSTER_KUBE_STARTED" = kube-scheduler ] && pid=$(cluster_kube_pid kube-scheduler); then
+    kill "$pid" 2>/dev/null || true
+  fi
+  CLUSTER_KUBE_UP=0
+}
