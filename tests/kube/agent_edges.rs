@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
+use shim_agent::api::load::parse_shims;
 use shim_agent::cluster::session;
 
 use crate::support;
@@ -84,13 +85,8 @@ async fn a_static_shim_wins_over_the_cluster_shim_of_the_same_name_and_the_node_
     let st = support::live::state(&rig.w);
     assert_eq!(st.shims[shim].origin, shim_agent::state::Origin::Static);
     let digest_of = |y: &str| {
-        y.split("sha256: ")
-            .nth(1)
-            .unwrap()
-            .split('}')
-            .next()
-            .unwrap()
-            .to_string()
+        let shim = parse_shims(y, "mine.yaml").unwrap().remove(0);
+        shim.spec.fetch_strategy.anon_http.unwrap().sha256.unwrap()
     };
     assert_eq!(
         st.shims[shim].artifact_sha256,
