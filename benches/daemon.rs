@@ -194,7 +194,7 @@ async fn bench() {
         let shims: Vec<String> = (0..50).map(|i| format!("bench-{i:02}")).collect();
         let docs: Vec<String> = shims
             .iter()
-            .map(|s| shim_yaml(&wa, s, "1", "bench: daemon"))
+            .map(|s| shim_yaml(&wa, s, "1", ("bench", "daemon")))
             .collect();
         let (ok, out) = env.apply(&docs.join("---\n"));
         assert!(ok, "{out}");
@@ -286,7 +286,7 @@ async fn latency(env: &KubeEnv, admin: &Client, w: &support::live::World, node: 
     let (mut to_announce, mut to_label, mut total) = (vec![], vec![], vec![]);
     for i in 0..runs {
         let name = format!("bench-lat-{i:02}");
-        let yaml = shim_yaml(w, &name, "1", "lat: \"yes\"");
+        let yaml = shim_yaml(w, &name, "1", ("lat", "yes"));
         let shim: Shim = serde_yaml::from_str(&yaml).unwrap();
         while rx.try_recv().is_ok() {}
         let t0 = Instant::now();

@@ -93,7 +93,7 @@ async fn bench() {
     let names: Vec<String> = (0..50).map(|i| format!("bench-proc-{i:02}")).collect();
     let docs: Vec<String> = names
         .iter()
-        .map(|n| support::live::shim_yaml(&w, n, "1", "bench: process"))
+        .map(|n| support::live::shim_yaml(&w, n, "1", ("bench", "process")))
         .collect();
     let (ok, out) = kube_env.apply(&docs.join("---\n"));
     assert!(ok, "{out}");

@@ -28,7 +28,7 @@ async fn an_applied_shim_is_installed_labelled_and_published_with_a_ready_status
     with_agent(&rig, &f, || async {
         let (ok, out) = rig
             .env
-            .apply(&shim_yaml(&rig.w, shim, "1", "test: ka-apply"));
+            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "ka-apply")));
         assert!(ok, "{out}");
         eventually(30, "the node label", || async {
             (rig.label(shim).await.as_deref() == Some("true")).then_some(())
@@ -99,7 +99,7 @@ async fn a_new_artifact_upgrades_the_node_with_one_restart() {
     rig.force_delete(shim).await;
     with_agent(&rig, &f, || async {
         rig.env
-            .apply(&shim_yaml(&rig.w, shim, "1", "test: ka-upgrade"));
+            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "ka-upgrade")));
         eventually(30, "Ready after the install", || async {
             (rig.condition(shim, "Ready").await.map(|c| c.0).as_deref() == Some("True"))
                 .then_some(())
@@ -122,7 +122,7 @@ async fn a_new_artifact_upgrades_the_node_with_one_restart() {
         let before = digest(rig.node().await);
         let (ok, out) = rig
             .env
-            .apply(&shim_yaml(&rig.w, shim, "2", "test: ka-upgrade"));
+            .apply(&shim_yaml(&rig.w, shim, "2", ("test", "ka-upgrade")));
         assert!(ok, "{out}");
         eventually(30, "the new digest on the node", || async {
             let now = digest(rig.node().await);
@@ -163,7 +163,7 @@ async fn a_node_no_longer_selected_is_unlabelled_first_and_then_uninstalled_once
     let original = support::live::config(&rig.w);
     with_agent(&rig, &f, || async {
         rig.env
-            .apply(&shim_yaml(&rig.w, shim, "1", "test: ka-relabel"));
+            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "ka-relabel")));
         eventually(30, "the RuntimeClass", || async {
             Api::<RuntimeClass>::all(rig.admin.clone())
                 .get_opt(shim)
@@ -257,7 +257,7 @@ async fn deleting_a_shim_cleans_the_node_removes_the_runtimeclass_and_then_the_f
     let original = support::live::config(&rig.w);
     with_agent(&rig, &f, || async {
         rig.env
-            .apply(&shim_yaml(&rig.w, shim, "1", "test: ka-delete"));
+            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "ka-delete")));
         eventually(30, "the RuntimeClass", || async {
             Api::<RuntimeClass>::all(rig.admin.clone())
                 .get_opt(shim)
@@ -298,7 +298,7 @@ async fn an_offline_install_is_adopted_on_first_boot_without_a_second_restart() 
     let shim = "ka-adopt-spin";
     rig.force_delete(shim).await;
     // the image builder's half: `install --root` into the node's image
-    let yaml = shim_yaml(&rig.w, shim, "1", "test: ka-adopt");
+    let yaml = shim_yaml(&rig.w, shim, "1", ("test", "ka-adopt"));
     let parsed = shim_agent::api::load::parse_shims(&yaml, "shim.yaml")
         .unwrap()
         .remove(0);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
+use shim_agent::api::load::parse_shims;
 use shim_agent::cluster::session;
 
 use crate::support;
@@ -27,7 +28,7 @@ async fn shims_applied_together_share_one_transaction_and_one_restart() {
     with_agent(&rig, &f, || async {
         let docs: Vec<String> = names
             .iter()
-            .map(|n| shim_yaml(&rig.w, n, "1", "test: ke-batch"))
+            .map(|n| shim_yaml(&rig.w, n, "1", ("test", "ke-batch")))
             .collect();
         let (ok, out) = rig.env.apply(&docs.join("---\n"));
         assert!(ok, "{out}");
@@ -60,13 +61,13 @@ async fn a_static_shim_wins_over_the_cluster_shim_of_the_same_name_and_the_node_
     // the node owner's file, with another artifact than the cluster's
     let dir = rig.w.root.resolve("/etc/shim-agent/shims.d").unwrap();
     std::fs::create_dir_all(&dir).unwrap();
-    let mine = shim_yaml(&rig.w, shim, "mine", "test: ke-static");
+    let mine = shim_yaml(&rig.w, shim, "mine", ("test", "ke-static"));
     std::fs::write(dir.join("mine.yaml"), &mine).unwrap();
     let f = fake(&rig.w);
     with_agent(&rig, &f, || async {
         let (ok, out) = rig
             .env
-            .apply(&shim_yaml(&rig.w, shim, "cluster", "test: ke-static"));
+            .apply(&shim_yaml(&rig.w, shim, "cluster", ("test", "ke-static")));
         assert!(ok, "{out}");
         let state = eventually(30, "Conflict on the node", || async {
             let s = rig.state_annotation().await?;
@@ -84,13 +85,8 @@ async fn a_static_shim_wins_over_the_cluster_shim_of_the_same_name_and_the_node_
     let st = support::live::state(&rig.w);
     assert_eq!(st.shims[shim].origin, shim_agent::state::Origin::Static);
     let digest_of = |y: &str| {
-        y.split("sha256: ")
-            .nth(1)
-            .unwrap()
-            .split('}')
-            .next()
-            .unwrap()
-            .to_string()
+        let shim = parse_shims(y, "mine.yaml").unwrap().remove(0);
+        shim.spec.fetch_strategy.anon_http.unwrap().sha256.unwrap()
     };
     assert_eq!(
         st.shims[shim].artifact_sha256,
@@ -148,7 +144,7 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
     let original = support::live::config(&rig.w);
     with_agent(&rig, &f, || async {
         rig.env
-            .apply(&shim_yaml(&rig.w, shim, "1", "test: ke-rollback"));
+            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "ke-rollback")));
         let state = eventually(30, "Failed on the node", || async {
             let s = rig.state_annotation().await?;
             s.contains("\"phase\":\"Failed\"").then_some(s)
@@ -180,13 +176,13 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
     f.fail_restarts.clear();
     with_agent(&rig, &f, || async {
         rig.env
-            .apply(&shim_yaml(&rig.w, shim, "2", "test: ke-rollback"));
+            .apply(&shim_yaml(&rig.w, shim, "2", ("test", "ke-rollback")));
         eventually(30, "the install", || async {
             (rig.label(shim).await.as_deref() == Some("true")).then_some(())
         })
         .await;
         rig.env
-            .apply(&shim_yaml(&rig.w, shim, "3", "test: ke-rollback"));
+            .apply(&shim_yaml(&rig.w, shim, "3", ("test", "ke-rollback")));
         eventually(30, "Upgraded Events on the Shim and the Node", || async {
             let on_shim = events_about(&rig, shim).await;
             let on_node = events_about(&rig, &rig.name).await;

@@ -11,12 +11,14 @@ use crate::support;
 use crate::support::agent_rig::{Rig, with_agent};
 use crate::support::kube::{SERIAL, eventually};
 use crate::support::live::{fake, shim_yaml};
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, Route, TestServer, foreign_elf, sha256_hex, tar_gz};
 
-fn yaml(name: &str, location: &str, sha: &str, selector: &str) -> String {
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  nodeSelector: {{{selector}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{location}\", sha256: \"{sha}\"}}}}\n  runtimeClass: {{name: {name}}}\n"
-    )
+fn yaml(name: &str, location: &str, sha: &str, selector: (&str, &str)) -> String {
+    ShimBuilder::new(name)
+        .node_selector(selector.0, selector.1)
+        .artifact(location, sha)
+        .yaml()
 }
 
 const NAMES: &[&str] = &[
@@ -52,7 +54,7 @@ async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_stil
     for n in NAMES {
         rig.force_delete(n).await;
     }
-    let sel = "test: kb-bad";
+    let sel = ("test", "kb-bad");
     // a handler the node owner wrote himself, with other settings
     let cfg = rig.w.root.resolve("/etc/containerd/config.toml").unwrap();
     let mut text = std::fs::read_to_string(&cfg).unwrap();
@@ -95,7 +97,7 @@ async fn each_bad_shim_ends_as_a_condition_with_its_reason_and_the_good_one_stil
         yaml("kb-arch", &foreign_url, &sha256_hex(&foreign), sel),
         yaml("kb-clash", &good_url, &good_sha, sel),
         yaml("kb-rc", &good_url, &good_sha, sel),
-        yaml("kb-nowhere", &good_url, &good_sha, "test: nowhere"),
+        yaml("kb-nowhere", &good_url, &good_sha, ("test", "nowhere")),
         yaml("kb-unicode", &unicode_url, &sha256_hex(&unicode), sel),
     ];
     let expect = [

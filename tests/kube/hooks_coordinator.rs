@@ -15,17 +15,17 @@ use crate::support::agent_rig::{Rig, cluster_node, fast};
 use crate::support::hooks_kube::{extension, script};
 use crate::support::hookserver::{Call, HookServer, failure, success};
 use crate::support::kube::{KubeEnv, SERIAL, eventually};
-use crate::support::live::{World, fake, shim_yaml};
+use crate::support::live::{World, fake, shim_builder};
 
 const BR: &str = "BeforeRolloutRequest";
 
 /// A Shim `name` for the Nodes labelled `selector`, labelled `fleet: <name>` (what the test
 /// extensions select).
-fn labelled_shim(w: &World, name: &str, selector: &str) -> String {
-    shim_yaml(w, name, "1", selector).replace(
-        &format!("metadata: {{name: {name}}}"),
-        &format!("metadata: {{name: {name}, labels: {{fleet: {name}}}}}"),
-    )
+fn labelled_shim(w: &World, name: &str, selector: (&str, &str)) -> String {
+    shim_builder(w, name, "1")
+        .label("fleet", name)
+        .node_selector(selector.0, selector.1)
+        .yaml()
 }
 
 fn before_rollout_calls(server: &HookServer) -> Vec<Call> {
@@ -98,7 +98,7 @@ async fn an_approval_outlives_a_coordinator_failover_and_a_new_generation_is_ask
     let _ext = extension(env, run, &server, "[{name: BeforeRollout}]");
     let shims: Api<Shim> = Api::all(rig.admin.clone());
     // no Node matches: only the coordinator's part is under test
-    let (ok, out) = env.apply(&labelled_shim(&rig.w, run, "no-such-node: \"true\""));
+    let (ok, out) = env.apply(&labelled_shim(&rig.w, run, ("no-such-node", "true")));
     assert!(ok, "{out}");
 
     failover(env, "hooks-co-a", "hooks-co-b", |kill_a| async move {
@@ -160,7 +160,7 @@ async fn a_refusal_outlives_a_coordinator_failover_without_asking_again() {
     let server = HookServer::start(script(|c, _| failure(&c.kind, "change freeze"))).await;
     let _ext = extension(env, run, &server, "[{name: BeforeRollout}]");
     let shims: Api<Shim> = Api::all(rig.admin.clone());
-    let (ok, out) = env.apply(&labelled_shim(&rig.w, run, "no-such-node: \"true\""));
+    let (ok, out) = env.apply(&labelled_shim(&rig.w, run, ("no-such-node", "true")));
     assert!(ok, "{out}");
     let halted_by_refusal = |s: &Shim| {
         let st = s.status.as_ref()?;
@@ -238,7 +238,7 @@ async fn a_slow_before_rollout_holds_only_its_shim_while_another_rolls_out_at_on
     let agent_b = shim_agent::cluster::session::run(&nb, b.config(), stop.clone());
     let body = async {
         eventually(30, "a coordinator", || coordinator_holder(env)).await;
-        let (ok, out) = env.apply(&labelled_shim(&a.w, shim_a, "test: hooks-slow-a"));
+        let (ok, out) = env.apply(&labelled_shim(&a.w, shim_a, ("test", "hooks-slow-a")));
         assert!(ok, "{out}");
         // the coordinator is asking about Shim a now (8 s to the answer)
         let asked = eventually(20, "BeforeRollout for Shim a", || async {
@@ -247,7 +247,7 @@ async fn a_slow_before_rollout_holds_only_its_shim_while_another_rolls_out_at_on
         .await;
         let answer_at = asked.at + SLOW;
         let applied = Instant::now();
-        let (ok, out) = env.apply(&labelled_shim(&b.w, shim_b, "test: hooks-slow-b"));
+        let (ok, out) = env.apply(&labelled_shim(&b.w, shim_b, ("test", "hooks-slow-b")));
         assert!(ok, "{out}");
         eventually(20, "Shim b installed on its node", || async {
             (b.label(shim_b).await.as_deref() == Some("true")).then_some(())

@@ -101,7 +101,7 @@ async fn without_the_extension_crd_a_restart_goes_through_at_once() {
         })
         .await;
         let applied = Instant::now();
-        let (ok, out) = env.apply(&shim_yaml(&w, "nocrd", "1", "test: nocrd"));
+        let (ok, out) = env.apply(&shim_yaml(&w, "nocrd", "1", ("test", "nocrd")));
         assert!(ok, "{out}");
         eventually(25, "the Shim installed and the Node labelled", || async {
             let n = nodes.get(name).await.ok()?;

@@ -19,15 +19,17 @@ use shim_agent::api::Shim;
 use shim_agent::api::lease::ShimLease;
 
 use crate::support::kube::{Instance, KubeEnv, SERIAL, client_for, kube_env};
+use crate::support::shim_builder::ShimBuilder;
 
 const ADMIN_RC: &str = "kc-sandboxed";
 const SHIM: &str = "kc-shim";
 
 fn shim_yaml(name: &str) -> String {
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  nodeSelector: {{test: kc-nowhere}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"https://e.com/a.tgz\", sha256: {}}}}}\n  runtimeClass: {{name: {name}, handler: {name}-handler}}\n",
-        "a".repeat(64)
-    )
+    ShimBuilder::new(name)
+        .node_selector("test", "kc-nowhere")
+        .artifact("https://e.com/a.tgz", &"a".repeat(64))
+        .handler(&format!("{name}-handler"))
+        .yaml()
 }
 
 /// A client acting with `token` (a ServiceAccount token) against `env`'s API server.

@@ -8,7 +8,7 @@ use shim_agent::cluster::{STATE_ANNOTATION, node_label};
 use crate::support;
 use crate::support::agent_rig::{Rig, cluster_node, fast, with_agent};
 use crate::support::kube::{SERIAL, eventually};
-use crate::support::live::{fake, shim_yaml};
+use crate::support::live::{fake, shim_builder, shim_yaml};
 
 async fn holder(rig: &Rig) -> Option<String> {
     support::agent_rig::coordinator_holder(&rig.admin).await
@@ -123,10 +123,10 @@ async fn an_install_finishes_while_the_api_server_is_down_and_the_label_follows_
     with_agent(&rig, &f, || async {
         // `recreate`: no rollout slot, whose renewal right before the restart would (rightly)
         // stop the restart while the API server is away; this test is about the agent alone.
-        let yaml = shim_yaml(&rig.w, shim, "1", "test: kr-outage").replace(
-            "  runtimeClass:",
-            "  rolloutStrategy: {type: recreate}\n  runtimeClass:",
-        );
+        let yaml = shim_builder(&rig.w, shim, "1")
+            .node_selector("test", "kr-outage")
+            .recreate()
+            .yaml();
         let (ok, out) = rig.env.apply(&yaml);
         assert!(ok, "{out}");
         eventually(30, "the node announcing the install", || async {
@@ -224,7 +224,7 @@ async fn a_client_certificate_replaced_on_disk_is_used_without_a_restart() {
     let body = async {
         let (ok, out) = rig
             .env
-            .apply(&shim_yaml(&rig.w, shim, "1", "test: kr-rotate"));
+            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "kr-rotate")));
         assert!(ok, "{out}");
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(
@@ -276,7 +276,7 @@ async fn watches_resume_after_410_gone_when_the_history_was_compacted_during_an_
     let f = fake(&rig.w);
     with_agent(&rig, &f, || async {
         rig.env
-            .apply(&shim_yaml(&rig.w, shim, "1", "test: kr-gone"));
+            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "kr-gone")));
         eventually(30, "the install", || async {
             (rig.label(shim).await.as_deref() == Some("true")).then_some(())
         })
@@ -306,7 +306,7 @@ async fn watches_resume_after_410_gone_when_the_history_was_compacted_during_an_
         // the watches relisted: a new artifact is seen and installed
         let (ok, out) = rig
             .env
-            .apply(&shim_yaml(&rig.w, shim, "2", "test: kr-gone"));
+            .apply(&shim_yaml(&rig.w, shim, "2", ("test", "kr-gone")));
         assert!(ok, "{out}");
         eventually(60, "the upgrade after the relist", || async {
             (*f.restarts.borrow() >= 2).then_some(())

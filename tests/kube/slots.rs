@@ -12,23 +12,18 @@ use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::slots::{SLOT_FAILED, SLOT_SHIM_LABEL, slot_name};
 
 use crate::support::kube::{SERIAL, client_for, eventually, kube_env};
+use crate::support::shim_builder::ShimBuilder;
 
-const SHIM: &str = r#"apiVersion: containerd.x-k8s.io/v1alpha1
-kind: Shim
-metadata:
-  name: kslots
-spec:
-  # its own nodes only: a Shim left behind by an interrupted run selects no other test's node
-  nodeSelector:
-    test: kslots
-  fetchStrategy:
-    type: anonymousHttp
-    anonHttp:
-      location: https://example.com/shim.tar.gz
-      sha256: 3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0
-  runtimeClass:
-    name: kslots
-"#;
+fn shim() -> String {
+    ShimBuilder::new("kslots")
+        // its own nodes only: a Shim left behind by an interrupted run selects no other test's node
+        .node_selector("test", "kslots")
+        .artifact(
+            "https://example.com/shim.tar.gz",
+            "3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0",
+        )
+        .yaml()
+}
 
 fn owner(kind: &str, api_version: &str, name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
@@ -63,7 +58,7 @@ async fn a_node_may_take_and_free_only_its_own_slot_and_a_deleted_nodes_slot_is_
     let Some(env) = kube_env() else { return };
     env.create_node("kslots-a", &[("test", "kslots")]).await;
     env.create_node("kslots-b", &[("test", "kslots")]).await;
-    let (ok, out) = env.apply(SHIM);
+    let (ok, out) = env.apply(&shim());
     assert!(ok, "{out}");
     let admin = env.admin_client().await;
     let shim = Api::<Shim>::all(admin.clone()).get("kslots").await.unwrap();

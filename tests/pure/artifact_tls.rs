@@ -13,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support;
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, Route, TestServer, real_elf, sha256_hex, tar_gz};
 
 fn agent(args: &[&str]) -> Output {
@@ -69,13 +70,7 @@ fn image_root(dir: &Path) -> (String, Vec<u8>) {
 
 fn shim_file(dir: &Path, name: &str, url: &str, sha: &str) -> String {
     let f = dir.join(format!("{name}.yaml"));
-    std::fs::write(
-        &f,
-        format!(
-            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {name}}}\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&f, ShimBuilder::new(name).artifact(url, sha).yaml()).unwrap();
     f.to_str().unwrap().to_string()
 }
 

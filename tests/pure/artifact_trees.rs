@@ -10,12 +10,11 @@ use std::os::unix::fs::PermissionsExt;
 use shim_agent::cli::image::InstallOutcome;
 
 use crate::support::image_root::{Image, image, run_install, uninstall, write_artifact};
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, real_elf, tar_gz};
 
-fn yaml(name: &str, url: &str, sha: &str, runtime: &str) -> String {
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {name}}}\n{runtime}"
-    )
+fn shim(name: &str, url: &str, sha: &str) -> ShimBuilder {
+    ShimBuilder::new(name).artifact(url, sha)
 }
 
 /// The handler table `name` in the image's (version 2) containerd config.
@@ -50,7 +49,7 @@ fn runwasi_release_tarball_installs_the_shim_with_its_signature_beside_it() {
         Entry::File("./containerd-shim-wasmtime-v1.pem", b"pem".to_vec(), 0o644),
     ]);
     let (url, sha) = write_artifact(&img, "containerd-shim-wasmtime-x86_64.tar.gz", &art);
-    let bin = installed_binary(run_install(&img, &yaml("wasmtime", &url, &sha, "")).unwrap());
+    let bin = installed_binary(run_install(&img, &shim("wasmtime", &url, &sha).yaml()).unwrap());
     let dir = format!("/opt/shim-agent/shims/wasmtime/{sha}");
     assert_eq!(bin, format!("{dir}/containerd-shim-wasmtime-v1"));
     assert_eq!(
@@ -86,8 +85,10 @@ fn a_gvisor_shaped_runtime_installs_whole_and_config_path_names_its_runsc_toml()
         ),
     ]);
     let (url, sha) = write_artifact(&img, "gvisor.tar.gz", &art);
-    let runtime = "  runtime:\n    options: {TypeUrl: io.containerd.runsc.v1.options}\n    optionPaths: {ConfigPath: runsc.toml}\n";
-    let bin = installed_binary(run_install(&img, &yaml("gvisor", &url, &sha, runtime)).unwrap());
+    let gvisor = shim("gvisor", &url, &sha)
+        .option("TypeUrl", "io.containerd.runsc.v1.options")
+        .option_path("ConfigPath", "runsc.toml");
+    let bin = installed_binary(run_install(&img, &gvisor.yaml()).unwrap());
     let dir = format!("/opt/shim-agent/shims/gvisor/{sha}");
     assert_eq!(bin, format!("{dir}/containerd-shim-runsc-v1"));
     let h = handler(&img, "gvisor");
@@ -142,8 +143,13 @@ fn a_kata_shaped_tree_keeps_its_layout_and_the_shim_deep_inside_it_is_the_handle
         ),
     ]);
     let (url, sha) = write_artifact(&img, "kata-static.tar.gz", &art);
-    let runtime = "  runtime:\n    binary: opt/kata/bin/containerd-shim-kata-v2\n    optionPaths: {ConfigPath: opt/kata/share/defaults/kata-containers/configuration.toml}\n";
-    let bin = installed_binary(run_install(&img, &yaml("kata", &url, &sha, runtime)).unwrap());
+    let kata = shim("kata", &url, &sha)
+        .binary("opt/kata/bin/containerd-shim-kata-v2")
+        .option_path(
+            "ConfigPath",
+            "opt/kata/share/defaults/kata-containers/configuration.toml",
+        );
+    let bin = installed_binary(run_install(&img, &kata.yaml()).unwrap());
     let dir = format!("/opt/shim-agent/shims/kata/{sha}");
     assert_eq!(bin, format!("{dir}/opt/kata/bin/containerd-shim-kata-v2"));
     assert_eq!(
@@ -192,24 +198,24 @@ fn an_option_path_the_artifact_lacks_or_options_set_too_is_refused_and_the_image
     ]);
     let (url, sha) = write_artifact(&img, "gvisor.tar.gz", &art);
     let before = std::fs::read(img.root.resolve("/etc/containerd/config.toml").unwrap()).unwrap();
-    for (runtime, says) in [
+    let gvisor = shim("gvisor", &url, &sha);
+    for (bad, says) in [
         (
-            "  runtime:\n    optionPaths: {ConfigPath: runsc.toml}\n",
+            gvisor.clone().option_path("ConfigPath", "runsc.toml"),
             "runtime.optionPaths.ConfigPath names \"runsc.toml\", which is not a file in the artifact",
         ),
         (
-            "  runtime:\n    optionPaths: {ConfigPath: .}\n",
+            gvisor.clone().option_path("ConfigPath", "."),
             "runtime.optionPaths.ConfigPath names \".\", which is not a file in the artifact",
         ),
         (
-            "  runtime:\n    options: {ConfigPath: /etc/runsc.toml}\n    optionPaths: {ConfigPath: runsc}\n",
+            gvisor
+                .option("ConfigPath", "/etc/runsc.toml")
+                .option_path("ConfigPath", "runsc"),
             "runtime.optionPaths.ConfigPath and runtime.options.ConfigPath both set the option",
         ),
     ] {
-        let e = format!(
-            "{:#}",
-            run_install(&img, &yaml("gvisor", &url, &sha, runtime)).unwrap_err()
-        );
+        let e = format!("{:#}", run_install(&img, &bad.yaml()).unwrap_err());
         assert!(e.contains(says) && e.contains("Shim \"gvisor\""), "{e}");
         assert_eq!(
             std::fs::read(img.root.resolve("/etc/containerd/config.toml").unwrap()).unwrap(),

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, real_elf, sha256_hex, tar_gz};
 
 fn shim_agent(args: &[&str]) -> Output {
@@ -67,6 +68,7 @@ fn install_refuses_a_root_that_is_not_a_directory() {
     let file = d.path().join("not-a-dir");
     std::fs::write(&file, "x").unwrap();
     let shim = d.path().join("shim.yaml");
+    // not a whole Shim, and no need: the root is refused before the file is read
     std::fs::write(&shim, "kind: Shim\n").unwrap();
     let out = shim_agent(&[
         "install",
@@ -120,10 +122,9 @@ fn live_install_without_a_reachable_systemd_fails_before_touching_the_node() {
     let f = d.path().join("shim.yaml");
     std::fs::write(
         &f,
-        format!(
-            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: demo}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///nonexistent\", sha256: {}}}}}\n  runtimeClass: {{name: demo}}\n",
-            "a".repeat(64)
-        ),
+        ShimBuilder::new("demo")
+            .artifact("file:///nonexistent", &"a".repeat(64))
+            .yaml(),
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_shim-agent"))
@@ -165,11 +166,9 @@ fn offline_install_status_and_uninstall_round_trip() {
     let art = tar_gz(&[Entry::File("containerd-shim-demo-v2", real_elf(), 0o755)]);
     let art_path = d.path().join("demo.tar.gz");
     std::fs::write(&art_path, &art).unwrap();
-    let yaml = format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata:\n  name: demo\nspec:\n  fetchStrategy:\n    type: anonymousHttp\n    anonHttp:\n      location: file://{}\n      sha256: {}\n  runtimeClass:\n    name: demo\n",
-        art_path.display(),
-        sha256_hex(&art)
-    );
+    let yaml = ShimBuilder::new("demo")
+        .artifact(&format!("file://{}", art_path.display()), &sha256_hex(&art))
+        .yaml();
     let f = d.path().join("shim.yaml");
     std::fs::write(&f, yaml).unwrap();
     let r = root.to_str().unwrap();
@@ -288,11 +287,10 @@ fn a_dry_run_says_what_an_install_would_do_and_changes_nothing() {
         let art = tar_gz(&[Entry::File("containerd-shim-demo-v2", body.to_vec(), 0o755)]);
         let path = d.path().join(format!("{name}-{}.tar.gz", sha256_hex(&art)));
         std::fs::write(&path, &art).unwrap();
-        format!(
-            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata:\n  name: {name}\nspec:\n  fetchStrategy:\n    type: anonymousHttp\n    anonHttp:\n      location: file://{}\n      sha256: {}\n  runtimeClass:\n    name: {name}\n    handler: {handler}\n",
-            path.display(),
-            sha256_hex(&art)
-        )
+        ShimBuilder::new(name)
+            .artifact(&format!("file://{}", path.display()), &sha256_hex(&art))
+            .handler(handler)
+            .yaml()
     };
     let v1 = shim("demo", "demo", &real_elf());
     let r = root.to_str().unwrap();

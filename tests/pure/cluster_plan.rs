@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use shim_agent::api::Shim;
-use shim_agent::api::load::parse_shims;
 use shim_agent::cluster::coordinator::status::{NodeView, compute_status};
 use shim_agent::cluster::nodestate::{
     FailureNote, NodePhase, NodeStates, ShimNodeState, node_patch, states_wanted,
@@ -16,15 +15,16 @@ use shim_agent::retry::backoff;
 use shim_agent::state::{InstalledShim, NodeState, Origin, ShimState};
 use shim_agent::txn::Change;
 
-fn shim(name: &str, selector: Option<&str>) -> Shim {
-    let sel = selector
-        .map(|s| format!("  nodeSelector: {{{s}}}\n"))
-        .unwrap_or_default();
-    let yaml = format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}, generation: 1}}\nspec:\n{sel}  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"https://e.com/a\", sha256: {}}}}}\n  runtimeClass: {{name: rc-{name}}}\n",
-        "a".repeat(64)
-    );
-    parse_shims(&yaml, "t.yaml").unwrap().remove(0)
+use crate::support::shim_builder::ShimBuilder;
+
+fn shim(name: &str, selector: &[(&str, &str)]) -> Shim {
+    selector
+        .iter()
+        .fold(ShimBuilder::new(name), |b, (k, v)| b.node_selector(k, v))
+        .generation(1)
+        .artifact("https://e.com/a", &"a".repeat(64))
+        .runtime_class(&format!("rc-{name}"))
+        .build()
 }
 
 fn record(name: &str, origin: Origin, state: ShimState) -> InstalledShim {
@@ -66,14 +66,14 @@ fn names(changes: &[Change]) -> Vec<String> {
 fn a_selector_must_match_every_label_and_no_selector_skips_control_planes() {
     let worker = labels(&[("wasm", "true")]);
     let cp = labels(&[("node-role.kubernetes.io/control-plane", "")]);
-    assert!(targets(&shim("a", Some("wasm: \"true\"")), &worker));
+    assert!(targets(&shim("a", &[("wasm", "true")]), &worker));
     assert!(!targets(
-        &shim("a", Some("wasm: \"true\", gpu: \"yes\"")),
+        &shim("a", &[("wasm", "true"), ("gpu", "yes")]),
         &worker
     ));
-    assert!(targets(&shim("a", None), &worker));
-    assert!(!targets(&shim("a", None), &cp));
-    let mut deleting = shim("a", None);
+    assert!(targets(&shim("a", &[]), &worker));
+    assert!(!targets(&shim("a", &[]), &cp));
+    let mut deleting = shim("a", &[]);
     deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
     assert!(
         !targets(&deleting, &worker),
@@ -85,12 +85,12 @@ fn a_selector_must_match_every_label_and_no_selector_skips_control_planes() {
 fn the_plan_installs_what_is_wanted_keeps_the_owners_and_waits_for_pods() {
     let node = labels(&[("wasm", "true")]);
     let cluster = vec![
-        shim("wanted", Some("wasm: \"true\"")),
-        shim("elsewhere", Some("wasm: \"false\"")),
-        shim("both", None),
-        shim("held", None),
+        shim("wanted", &[("wasm", "true")]),
+        shim("elsewhere", &[("wasm", "false")]),
+        shim("both", &[]),
+        shim("held", &[]),
     ];
-    let statics = vec![shim("both", None)];
+    let statics = vec![shim("both", &[])];
     let mut state = NodeState::default();
     for (n, o) in [
         ("elsewhere", Origin::Cluster),
@@ -157,11 +157,7 @@ fn the_plan_installs_what_is_wanted_keeps_the_owners_and_waits_for_pods() {
 #[test]
 fn a_label_needs_a_verified_install_with_the_same_handler() {
     let node = labels(&[]);
-    let cluster = vec![
-        shim("ok", None),
-        shim("pending", None),
-        shim("failed", None),
-    ];
+    let cluster = vec![shim("ok", &[]), shim("pending", &[]), shim("failed", &[])];
     let mut state = NodeState::default();
     state.shims.insert(
         "ok".into(),
@@ -214,7 +210,7 @@ fn the_node_patch_adds_wanted_labels_drops_stale_ones_and_is_none_when_in_place(
 #[test]
 fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds() {
     let node = labels(&[]);
-    let cluster = vec![shim("bad", None), shim("good", None)];
+    let cluster = vec![shim("bad", &[]), shim("good", &[])];
     let mut state = NodeState::default();
     let mut good = record("good", Origin::Cluster, ShimState::Installed);
     good.spec_hash = cluster[1].spec_hash();
@@ -283,7 +279,7 @@ fn view(name: &str, lbl: &[(&str, &str)], states: &[(&str, NodePhase, Option<i64
 
 #[test]
 fn status_counts_nodes_and_sets_conditions_with_reasons() {
-    let s = shim("spin", Some("wasm: \"true\""));
+    let s = shim("spin", &[("wasm", "true")]);
     let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     let nodes = vec![
         view(
@@ -337,7 +333,7 @@ fn status_counts_nodes_and_sets_conditions_with_reasons() {
     assert_eq!(cond("Progressing").status, "True");
     assert_eq!(st.observed_generation, Some(1));
 
-    let nowhere = compute_status(&shim("x", Some("gpu: \"h100\"")), &nodes, None, None, &now);
+    let nowhere = compute_status(&shim("x", &[("gpu", "h100")]), &nodes, None, None, &now);
     let ready = nowhere.conditions.unwrap().remove(0);
     assert_eq!(ready.reason.as_deref(), Some("NoTargetedNodes"));
 

@@ -15,6 +15,7 @@ use shim_agent::state::{NodeState, ShimState, StateStore};
 
 use crate::support;
 use crate::support::image_root::{Image, image, run_install, uninstall, write_artifact};
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, TestServer, foreign_elf, real_elf, sha256_hex, tar_gz};
 
 /// Every file and directory under `dir` with its mode and content: "exactly as it was".
@@ -40,10 +41,10 @@ fn deep_snapshot(dir: &Path) -> BTreeMap<String, (u32, Option<Vec<u8>>)> {
     out
 }
 
-fn shim_yaml(name: &str, location: &str, sha256: &str, extra_runtime: &str) -> String {
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata:\n  name: {name}\nspec:\n  fetchStrategy:\n    type: anonymousHttp\n    anonHttp:\n      location: {location}\n      sha256: {sha256}\n  runtimeClass:\n    name: {name}\n  runtime:\n    options: {{SystemdCgroup: true}}\n{extra_runtime}"
-    )
+fn shim(name: &str, location: &str, sha256: &str) -> ShimBuilder {
+    ShimBuilder::new(name)
+        .artifact(location, sha256)
+        .option("SystemdCgroup", true)
 }
 
 fn good_artifact() -> Vec<u8> {
@@ -61,7 +62,7 @@ fn state_of(img: &Image) -> NodeState {
 fn install_places_the_binary_registers_the_handler_and_records_it() {
     let img = image();
     let (url, sha) = write_artifact(&img, "demo.tar.gz", &good_artifact());
-    let out = run_install(&img, &shim_yaml("demo", &url, &sha, "")).unwrap();
+    let out = run_install(&img, &shim("demo", &url, &sha).yaml()).unwrap();
     // the whole tree is installed: the shim keeps its place in it (bin/)
     let bin = format!("/opt/shim-agent/shims/demo/{sha}/bin/containerd-shim-demo-v2");
     assert_eq!(
@@ -123,7 +124,7 @@ fn install_places_the_binary_registers_the_handler_and_records_it() {
     // same Shim again: nothing changes
     let before = deep_snapshot(img.root.path());
     assert_eq!(
-        run_install(&img, &shim_yaml("demo", &url, &sha, "")).unwrap(),
+        run_install(&img, &shim("demo", &url, &sha).yaml()).unwrap(),
         InstallOutcome::Unchanged
     );
     assert_eq!(deep_snapshot(img.root.path()), before);
@@ -134,7 +135,7 @@ fn uninstall_restores_the_original_config_bytes_and_removes_everything() {
     let img = image();
     let before = deep_snapshot(img.root.path());
     let (url, sha) = write_artifact(&img, "demo.tar.gz", &good_artifact());
-    run_install(&img, &shim_yaml("demo", &url, &sha, "")).unwrap();
+    run_install(&img, &shim("demo", &url, &sha).yaml()).unwrap();
     let out = uninstall(&img, "demo").unwrap();
     assert_eq!(out.restored, ["/etc/containerd/config.toml"]);
     assert!(out.changed_since.is_empty());
@@ -168,13 +169,13 @@ fn uninstall_restores_the_original_config_bytes_and_removes_everything() {
 fn an_upgrade_places_the_new_binary_beside_the_old_and_switches() {
     let img = image();
     let (url1, sha1) = write_artifact(&img, "v1.tar.gz", &good_artifact());
-    run_install(&img, &shim_yaml("demo", &url1, &sha1, "")).unwrap();
+    run_install(&img, &shim("demo", &url1, &sha1).yaml()).unwrap();
     let v2 = tar_gz(&[
         Entry::File("containerd-shim-demo-v2", real_elf(), 0o755),
         Entry::File("VERSION", b"2".to_vec(), 0o644),
     ]);
     let (url2, sha2) = write_artifact(&img, "v2.tar.gz", &v2);
-    let out = run_install(&img, &shim_yaml("demo", &url2, &sha2, "")).unwrap();
+    let out = run_install(&img, &shim("demo", &url2, &sha2).yaml()).unwrap();
     assert!(
         matches!(out, InstallOutcome::Installed { upgraded: true, .. }),
         "{out:?}"
@@ -218,18 +219,14 @@ fn assert_fails_cleanly(img: &Image, yaml: &str, expect: &str) {
 fn bad_artifacts_fail_and_change_nothing() {
     let img = image();
     let (url, _) = write_artifact(&img, "demo.tar.gz", &good_artifact());
-    assert_fails_cleanly(
-        &img,
-        &shim_yaml("demo", &url, &"0".repeat(64), ""),
-        "sha256",
-    );
+    assert_fails_cleanly(&img, &shim("demo", &url, &"0".repeat(64)).yaml(), "sha256");
 
     let (url, sha) = write_artifact(
         &img,
         "none.tar.gz",
         &tar_gz(&[Entry::File("README", b"x".to_vec(), 0o644)]),
     );
-    assert_fails_cleanly(&img, &shim_yaml("demo", &url, &sha, ""), "README");
+    assert_fails_cleanly(&img, &shim("demo", &url, &sha).yaml(), "README");
 
     let two = tar_gz(&[
         Entry::File("containerd-shim-a-v2", real_elf(), 0o755),
@@ -238,7 +235,7 @@ fn bad_artifacts_fail_and_change_nothing() {
     let (url, sha) = write_artifact(&img, "two.tar.gz", &two);
     assert_fails_cleanly(
         &img,
-        &shim_yaml("demo", &url, &sha, ""),
+        &shim("demo", &url, &sha).yaml(),
         "containerd-shim-b-v2",
     );
 
@@ -249,7 +246,7 @@ fn bad_artifacts_fail_and_change_nothing() {
     );
     assert_fails_cleanly(
         &img,
-        &shim_yaml("demo", &url, &sha, ""),
+        &shim("demo", &url, &sha).yaml(),
         "containerd-shim-demo-v2",
     );
 
@@ -259,16 +256,18 @@ fn bad_artifacts_fail_and_change_nothing() {
         0o644,
     )]);
     let (url, sha) = write_artifact(&img, "evil.tar.gz", &evil);
-    assert_fails_cleanly(&img, &shim_yaml("demo", &url, &sha, ""), "../../etc/passwd");
+    assert_fails_cleanly(&img, &shim("demo", &url, &sha).yaml(), "../../etc/passwd");
 
     let (url, sha) = write_artifact(&img, "html.tar.gz", b"<html>not found</html>");
-    assert_fails_cleanly(&img, &shim_yaml("demo", &url, &sha, ""), "html.tar.gz");
+    assert_fails_cleanly(&img, &shim("demo", &url, &sha).yaml(), "html.tar.gz");
 
     // a wanted binary that is not in the archive
     let (url, sha) = write_artifact(&img, "demo2.tar.gz", &good_artifact());
     assert_fails_cleanly(
         &img,
-        &shim_yaml("demo", &url, &sha, "    binary: containerd-shim-spin-v2\n"),
+        &shim("demo", &url, &sha)
+            .binary("containerd-shim-spin-v2")
+            .yaml(),
         "containerd-shim-spin-v2",
     );
 }
@@ -279,11 +278,11 @@ fn network_failures_fail_and_change_nothing() {
     let server = TestServer::start();
     server.route("/missing.tar.gz", support::Route::status(404, "nope"));
     let url = server.url("/missing.tar.gz");
-    assert_fails_cleanly(&img, &shim_yaml("demo", &url, &"a".repeat(64), ""), "404");
+    assert_fails_cleanly(&img, &shim("demo", &url, &"a".repeat(64)).yaml(), "404");
     // nothing listens on port 1
     assert_fails_cleanly(
         &img,
-        &shim_yaml("demo", "http://127.0.0.1:1/x.tar.gz", &"a".repeat(64), ""),
+        &shim("demo", "http://127.0.0.1:1/x.tar.gz", &"a".repeat(64)).yaml(),
         "127.0.0.1:1",
     );
 }
@@ -298,20 +297,17 @@ fn a_config_the_engine_refuses_fails_after_fetch_and_changes_nothing() {
     .unwrap();
     let (url, sha) = write_artifact(&img, "demo.tar.gz", &good_artifact());
     // the artifact was fetched into the store before planning failed: it must be gone again
-    assert_fails_cleanly(&img, &shim_yaml("demo", &url, &sha, ""), "config.toml");
+    assert_fails_cleanly(&img, &shim("demo", &url, &sha).yaml(), "config.toml");
     std::fs::remove_file(img.root.resolve("/etc/containerd/config.toml").unwrap()).unwrap();
-    assert_fails_cleanly(&img, &shim_yaml("demo", &url, &sha, ""), "does not exist");
+    assert_fails_cleanly(&img, &shim("demo", &url, &sha).yaml(), "does not exist");
 }
 
 #[test]
 fn another_shim_with_the_same_handler_is_refused() {
     let img = image();
     let (url, sha) = write_artifact(&img, "demo.tar.gz", &good_artifact());
-    run_install(&img, &shim_yaml("demo", &url, &sha, "")).unwrap();
-    let yaml = shim_yaml("other", &url, &sha, "").replace(
-        "name: other\n  runtime:",
-        "name: other\n    handler: demo\n  runtime:",
-    );
+    run_install(&img, &shim("demo", &url, &sha).yaml()).unwrap();
+    let yaml = shim("other", &url, &sha).handler("demo").yaml();
     assert_fails_cleanly(&img, &yaml, "already installed for Shim \"demo\"");
 }
 
@@ -319,7 +315,7 @@ fn another_shim_with_the_same_handler_is_refused() {
 fn a_crash_mid_install_is_rolled_back_from_the_journal_on_the_next_run() {
     let img = image();
     let (url, sha) = write_artifact(&img, "demo.tar.gz", &good_artifact());
-    run_install(&img, &shim_yaml("demo", &url, &sha, "")).unwrap();
+    run_install(&img, &shim("demo", &url, &sha).yaml()).unwrap();
     let installed_cfg =
         std::fs::read(img.root.resolve("/etc/containerd/config.toml").unwrap()).unwrap();
     // Simulate a crash of an upgrade after Applied: new config written, journal still open
@@ -377,7 +373,7 @@ fn a_crash_mid_install_is_rolled_back_from_the_journal_on_the_next_run() {
 
     // the next run rolls back first, then sees the Shim as installed
     assert_eq!(
-        run_install(&img, &shim_yaml("demo", &url, &sha, "")).unwrap(),
+        run_install(&img, &shim("demo", &url, &sha).yaml()).unwrap(),
         InstallOutcome::Unchanged
     );
     assert_eq!(
@@ -399,11 +395,10 @@ fn a_crash_mid_install_is_rolled_back_from_the_journal_on_the_next_run() {
 fn platforms_pick_the_image_architecture() {
     let img = image();
     let (url, sha) = write_artifact(&img, "demo.tar.gz", &good_artifact());
-    let yaml = format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata:\n  name: demo\nspec:\n  fetchStrategy:\n    type: anonymousHttp\n    platforms:\n      - {{os: linux, arch: riscv64, location: \"file:///nonexistent\", sha256: {}}}\n      - {{os: linux, arch: {}, location: \"{url}\", sha256: {sha}}}\n  runtimeClass:\n    name: demo\n",
-        "b".repeat(64),
-        node_platform().arch
-    );
+    let yaml = ShimBuilder::new("demo")
+        .platform("linux", "riscv64", "file:///nonexistent", &"b".repeat(64))
+        .platform("linux", &node_platform().arch, &url, &sha)
+        .yaml();
     run_install(&img, &yaml).unwrap();
     // an image for a platform the Shim does not list
     let img2 = image();

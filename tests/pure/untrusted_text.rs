@@ -24,12 +24,13 @@ use shim_agent::hooks::wire::{Answer, MAX_MESSAGE, parse_response};
 use shim_agent::state::{NodeState, RetainedVersion};
 use shim_agent::text::{EVENT_NOTE_MAX_BYTES, MESSAGE_MAX_BYTES};
 
+use crate::support::shim_builder::ShimBuilder;
+
 fn shim(name: &str) -> Shim {
-    let yaml = format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}, generation: 1}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"https://e.com/a\", sha256: {}}}}}\n  runtimeClass: {{name: {name}}}\n",
-        "a".repeat(64)
-    );
-    parse_shims(&yaml, "t.yaml").unwrap().remove(0)
+    ShimBuilder::new(name)
+        .generation(1)
+        .artifact("https://e.com/a", &"a".repeat(64))
+        .build()
 }
 
 /// Text the way it comes: any Unicode, some of it long, control characters included.

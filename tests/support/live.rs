@@ -5,7 +5,6 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use shim_agent::api::load::parse_shims;
 use shim_agent::artifact::node_platform;
 use shim_agent::containerd;
 use shim_agent::hostroot::HostRoot;
@@ -15,6 +14,7 @@ use shim_agent::settings::Settings;
 use shim_agent::state::Origin;
 use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
 
+use super::shim_builder::ShimBuilder;
 use super::{Entry, real_elf, sha256_hex, tar_gz};
 
 /// A containerd that serves what its config says, as of its last restart.
@@ -163,19 +163,20 @@ pub fn node<'a>(
     }
 }
 
-pub fn shim(w: &World, name: &str, version: &str) -> Change {
+/// A Shim `name` whose artifact, written fresh into the world's artifact directory, holds
+/// `version`.
+pub fn shim_builder(w: &World, name: &str, version: &str) -> ShimBuilder {
     let bytes = tar_gz(&[
         Entry::File("containerd-shim-x-v2", real_elf(), 0o755),
         Entry::File("VERSION", version.as_bytes().to_vec(), 0o644),
     ]);
     let p = w.art.join(format!("{name}-{version}.tgz"));
     std::fs::write(&p, &bytes).unwrap();
-    let yaml = format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file://{}\", sha256: {}}}}}\n  runtimeClass: {{name: {name}}}\n",
-        p.display(),
-        sha256_hex(&bytes)
-    );
-    Change::Install(Box::new(parse_shims(&yaml, "t.yaml").unwrap().remove(0)))
+    ShimBuilder::new(name).artifact(&format!("file://{}", p.display()), &sha256_hex(&bytes))
+}
+
+pub fn shim(w: &World, name: &str, version: &str) -> Change {
+    Change::Install(Box::new(shim_builder(w, name, version).build()))
 }
 
 pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
@@ -194,19 +195,12 @@ pub fn state(w: &World) -> shim_agent::state::NodeState {
     shim_agent::cli::status::read_state(&w.root, &w.settings).unwrap()
 }
 
-/// A Shim manifest (YAML) for `kubectl apply`, with a fresh artifact holding `version`.
-pub fn shim_yaml(w: &World, name: &str, version: &str, selector: &str) -> String {
-    let bytes = tar_gz(&[
-        Entry::File("containerd-shim-x-v2", real_elf(), 0o755),
-        Entry::File("VERSION", version.as_bytes().to_vec(), 0o644),
-    ]);
-    let p = w.art.join(format!("{name}-{version}.tgz"));
-    std::fs::write(&p, &bytes).unwrap();
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  nodeSelector: {{{selector}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file://{}\", sha256: {}}}}}\n  runtimeClass: {{name: {name}}}\n",
-        p.display(),
-        sha256_hex(&bytes)
-    )
+/// A Shim manifest (YAML) for `kubectl apply`, with a fresh artifact holding `version`, for
+/// the nodes labelled `selector` (key, value).
+pub fn shim_yaml(w: &World, name: &str, version: &str, selector: (&str, &str)) -> String {
+    shim_builder(w, name, version)
+        .node_selector(selector.0, selector.1)
+        .yaml()
 }
 
 /// The binary a config line names for a handler: `runtime_path = "/..."` or an absolute

@@ -8,7 +8,8 @@
 //!   for offline installs; [`containerd`]: the config engine's round-trip checks;
 //! - [`kube`]: the real control plane of the kube env; [`agent_rig`]: one agent against it;
 //!   [`fleet`]: fleets of agents; [`hookserver`], [`hooks_kube`], [`tls`]: test extensions;
-//! - [`node_env`]: the real systemd + containerd node of `.ci/node-env/`.
+//! - [`node_env`]: the real systemd + containerd node of `.ci/node-env/`;
+//! - [`shim_builder`]: `Shim` objects and manifests for every test, instead of YAML literals.
 #![allow(dead_code)]
 
 pub mod agent_rig;
@@ -20,6 +21,7 @@ pub mod image_root;
 pub mod kube;
 pub mod live;
 pub mod node_env;
+pub mod shim_builder;
 pub mod tls;
 
 use std::collections::HashMap;

@@ -37,6 +37,7 @@ use check::{Host, SharedRef, checker};
 use super::agent_rig::fast;
 use super::kube::{KubeEnv, eventually};
 use super::live::{World, fake, world};
+use super::shim_builder::ShimBuilder;
 use super::{Entry, real_elf, sha256_hex, tar_gz};
 
 /// One fleet run.
@@ -137,12 +138,13 @@ impl FleetReport {
 }
 
 fn shim_yaml(cfg: &FleetConfig, url: &str, sha: &str) -> String {
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {run}, labels: {{fleet: {run}}}}}\nspec:\n  nodeSelector: {{fleet: {run}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {run}}}\n  rolloutStrategy: {{type: rolling, rolling: {{maxUpdate: {mu}, maxFailures: {mf}}}}}\n",
-        run = cfg.run,
-        mu = cfg.max_update,
-        mf = cfg.max_failures,
-    )
+    let max_update = serde_yaml::from_str(&cfg.max_update).expect("maxUpdate as YAML");
+    ShimBuilder::new(&cfg.run)
+        .label("fleet", &cfg.run)
+        .node_selector("fleet", &cfg.run)
+        .artifact(url, sha)
+        .rolling(max_update, cfg.max_failures)
+        .yaml()
 }
 
 /// Raise the per-user inotify instance limit: each agent watches its host's files.
