@@ -34,6 +34,7 @@ use shim_agent::node::{RuntimeHealth, ServiceManager};
 use crate::support::kube::{KubeEnv, SERIAL, eventually, kube_env};
 use crate::support::node_env::agent::{AGENT_BIN, AGENT_UNIT, AgentInNode, write};
 use crate::support::node_env::{self, NodeEnv, UNIT, VERIFY_TIMEOUT, node_env, oci_image};
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, sha256_hex, tar_gz};
 
 const TEST: &str = "node_kube";
@@ -518,10 +519,10 @@ fn secs(t0: Instant) -> f64 {
 /// url runtimeoptions.v1.Options: not found"), so `BinaryName` would make every pod fail; the
 /// runc shim finds /usr/sbin/runc on its PATH anyway.
 fn shim_yaml(url: &str, sha: &str) -> String {
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {SHIM}}}\nspec:\n  nodeSelector: {{{}: {}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {SHIM}}}\n",
-        SELECTOR.0, SELECTOR.1
-    )
+    ShimBuilder::new(SHIM)
+        .node_selector(SELECTOR.0, SELECTOR.1)
+        .artifact(url, sha)
+        .yaml()
 }
 
 /// A host-network pod sandbox, as the kubelet asks for a `hostNetwork: true` pod.

@@ -24,6 +24,7 @@ use shim_agent::cluster::nodestate::{NodePhase, ShimNodeState, parse_states};
 use crate::support::kube::{KubeEnv, SERIAL, eventually, kube_env};
 use crate::support::node_env::agent::write;
 use crate::support::node_env::{self, NodeEnv, node_env};
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, sha256_hex, tar_gz};
 
 /// The Node label the test Shims select.
@@ -105,12 +106,12 @@ impl Setup {
         (format!("file:///{rel}"), sha256_hex(&bytes))
     }
 
-    fn apply_shim(&self, shim: &str, version: &str, extra: &str) {
+    fn apply_shim(&self, shim: &str, version: &str) {
         let (url, sha) = self.artifact(shim, version);
-        let yaml = format!(
-            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {shim}}}\nspec:\n  nodeSelector: {{{}: {}}}\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {shim}}}\n{extra}",
-            SELECTOR.0, SELECTOR.1
-        );
+        let yaml = ShimBuilder::new(shim)
+            .node_selector(SELECTOR.0, SELECTOR.1)
+            .artifact(&url, &sha)
+            .yaml();
         let (ok, out) = self.kube.apply(&yaml);
         assert!(ok, "kubectl apply: {out}");
     }
@@ -180,7 +181,7 @@ async fn an_agent_started_before_the_node_joined_takes_up_the_kubeconfig_written
         return;
     };
     let agent = s.env.install_agent(&s.config(), None).await;
-    s.apply_shim(SHIM, "1", "");
+    s.apply_shim(SHIM, "1");
     agent.start();
     eventually(30, "the agent to run static Shims only", || async {
         agent
@@ -243,7 +244,7 @@ async fn an_agent_waits_for_the_client_certificate_a_bootstrap_kubeconfig_names(
         0o600,
     );
     let agent = s.env.install_agent(&s.config(), None).await;
-    s.apply_shim(SHIM, "1", "");
+    s.apply_shim(SHIM, "1");
     agent.start();
     eventually(30, "the agent to wait for the certificate", || async {
         let j = agent.journal();
@@ -276,8 +277,8 @@ async fn a_shim_that_crashes_the_agent_twice_is_set_aside_and_the_other_shim_con
     // the failpoint stands for a Shim that panics the agent inside its round
     let dropin = format!("[Service]\nEnvironment=FAILPOINTS=round::{BAD}=panic\n");
     let agent = s.env.install_agent(&s.config(), Some(&dropin)).await;
-    s.apply_shim(BAD, "1", "");
-    s.apply_shim(GOOD, "1", "");
+    s.apply_shim(BAD, "1");
+    s.apply_shim(GOOD, "1");
     agent.start();
     s.wait_labelled(GOOD).await;
     let entry = eventually(CONVERGE_SECS, "the crashing Shim set aside", || async {
@@ -311,7 +312,7 @@ async fn a_shim_that_crashes_the_agent_twice_is_set_aside_and_the_other_shim_con
     );
 
     // a new spec is a new start
-    s.apply_shim(BAD, "2", "");
+    s.apply_shim(BAD, "2");
     s.wait_labelled(BAD).await;
     assert!(s.labelled(GOOD).await);
     s.remove_cluster_objects(&[BAD, GOOD]);
@@ -335,7 +336,7 @@ async fn a_drift_repair_containerd_refuses_is_rolled_back_to_the_drifted_state_a
         s.config()
     );
     let agent = s.env.install_agent(&config, None).await;
-    s.apply_shim(SHIM, "1", "");
+    s.apply_shim(SHIM, "1");
     agent.start();
     s.wait_labelled(SHIM).await;
 

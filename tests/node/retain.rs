@@ -13,7 +13,6 @@
 
 use std::path::Path;
 
-use shim_agent::api::load::parse_shims;
 use shim_agent::hostroot::HostRoot;
 use shim_agent::node::{RuntimeHealth, ServiceManager};
 use shim_agent::settings::Settings;
@@ -21,6 +20,7 @@ use shim_agent::state::NodeState;
 use shim_agent::txn::Change;
 
 use crate::support::node_env::{NodeEnv, RESTART_TIMEOUT, UNIT, VERIFY_TIMEOUT, node_env};
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, sha256_hex, tar_gz};
 
 /// The containerd namespace the kubelet's containers live in.
@@ -47,14 +47,8 @@ fn artifact(env: &NodeEnv, dir: &Path, version: &str) -> (String, String) {
 }
 
 fn install(url: &str, sha: &str) -> Vec<Change> {
-    let yaml = format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: demo}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: demo}}\n"
-    );
-    parse_shims(&yaml, "demo.yaml")
-        .unwrap()
-        .into_iter()
-        .map(|s| Change::Install(Box::new(s)))
-        .collect()
+    let shim = ShimBuilder::new("demo").artifact(url, sha).build();
+    vec![Change::Install(Box::new(shim))]
 }
 
 fn read_state(root: &HostRoot) -> NodeState {

@@ -25,6 +25,7 @@ use shim_agent::telemetry::message_id;
 use crate::support::kube::eventually;
 use crate::support::node_env::agent::{AGENT_UNIT, write};
 use crate::support::node_env::{self, NodeEnv, node_env};
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, sha256_hex, tar_gz};
 
 const TEST: &str = "node_service";
@@ -276,9 +277,7 @@ fn artifact(env: &NodeEnv, name: &str) -> (String, String) {
 }
 
 fn shim_yaml(name: &str, url: &str, sha: &str) -> String {
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: {name}}}\n"
-    )
+    ShimBuilder::new(name).artifact(url, sha).yaml()
 }
 
 fn show(env: &NodeEnv, prop: &str) -> String {

@@ -26,6 +26,7 @@ use shim_agent::txn::Change;
 #[cfg(feature = "failpoints")] // the crash test
 use crate::support;
 use crate::support::node_env::{CONF_D, NodeEnv, UNIT, VERIFY_TIMEOUT, node_env};
+use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, sha256_hex, tar_gz};
 
 /// Remove everything an earlier test's agent left in the container.
@@ -103,9 +104,10 @@ fn assert_handler_placed(env: &NodeEnv, original: &BTreeMap<PathBuf, Vec<u8>>, h
 }
 
 fn demo_yaml(url: &str, sha: &str) -> String {
-    format!(
-        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: demo}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"{url}\", sha256: {sha}}}}}\n  runtimeClass: {{name: demo}}\n  runtime: {{options: {{BinaryName: /usr/sbin/runc}}}}\n"
-    )
+    ShimBuilder::new("demo")
+        .artifact(url, sha)
+        .option("BinaryName", "/usr/sbin/runc")
+        .yaml()
 }
 
 fn install_change(yaml: &str) -> Vec<Change> {
