@@ -62,17 +62,15 @@ fn up(dir: PathBuf, vars: &[(&'static str, String)], what: &str) -> Option<KubeE
 }
 
 fn start() -> Option<KubeEnv> {
-    let required = std::env::var("SHIM_AGENT_REQUIRE_KUBE_ENV").is_ok_and(|v| v == "1");
     let dir = kube_env_dir();
     if !dir.join("up.sh").exists() || std::env::var("SHIM_AGENT_KUBE_ENV").is_ok_and(|v| v == "0") {
-        assert!(
-            !required,
-            "kube env required but {} has no up.sh",
-            dir.display()
-        );
-        eprintln!(
-            "skipping: no kube env at {} (set KUBE_ENV_DIR)",
-            dir.display()
+        super::skip(
+            "kube env",
+            "SHIM_AGENT_REQUIRE_KUBE_ENV",
+            &format!(
+                "no kube env at {} (set KUBE_ENV_DIR; SHIM_AGENT_KUBE_ENV=0 turns it off)",
+                dir.display()
+            ),
         );
         return None;
     }

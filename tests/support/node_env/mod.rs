@@ -200,10 +200,7 @@ fn skip_or_fail(test: &str, reason: &str) -> Option<NodeEnv> {
 /// Report why `test` cannot run on this node env: a panic when the node env is required
 /// (`SHIM_AGENT_REQUIRE_NODE_ENV=1`), else a printed `SKIPPED` line (the caller returns).
 pub fn skip(test: &str, reason: &str) {
-    if std::env::var("SHIM_AGENT_REQUIRE_NODE_ENV").as_deref() == Ok("1") {
-        panic!("{test}: the node env is required (SHIM_AGENT_REQUIRE_NODE_ENV=1): {reason}");
-    }
-    eprintln!("SKIPPED {test}: {reason}");
+    super::skip(test, "SHIM_AGENT_REQUIRE_NODE_ENV", reason);
 }
 
 /// The node env for `test`, locked and reset; `None` (after printing why) when there is none
