@@ -8,8 +8,10 @@ pub mod load;
 pub mod manifests;
 pub mod policies;
 pub mod rbac;
+pub mod runtime_class;
 pub mod shim;
 
+pub use runtime_class::*;
 pub use shim::*;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -18,6 +18,7 @@
 
 use super::lease::NAMESPACE;
 use super::lease::{SLOT_FAILED, SLOT_SHIM_LABEL};
+use super::runtime_class::MANAGED_BY_LABEL as MANAGED_BY;
 use super::rbac::{
     AGENT_GROUP, AGENT_USER_PREFIX, COORDINATOR_GROUP, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT,
 };
@@ -31,7 +32,7 @@ pub const RUNTIMECLASS_SHIMS_POLICY: &str = "shim-agent-runtimeclass-shims";
 /// The extra a node-bound ServiceAccount token carries: the Node it is bound to.
 const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
 /// The label the coordinator puts on the RuntimeClasses it manages.
-const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
 
 fn sa(name: &str) -> String {
     format!("system:serviceaccount:{NAMESPACE}:{name}")

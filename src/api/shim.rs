@@ -13,6 +13,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::runtime_class::RuntimeClassRef;
+
 /// DNS-1123 label: what Kubernetes accepts in label names and RuntimeClass handlers.
 pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
@@ -38,6 +40,9 @@ pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must be a DNS-1123 label: at most 63 lower-case letters, digits or '-', starting and ending with a letter or digit (it is used in node label keys)"),
+    validation = Rule::new("!has(self.spec.runtimeClass.scheduling) || !has(self.spec.runtimeClass.scheduling.nodeSelector) || !(('containerd.x-k8s.io/' + self.metadata.name) in self.spec.runtimeClass.scheduling.nodeSelector)")
+        .field_path(".spec.runtimeClass.scheduling.nodeSelector")
+        .message("runtimeClass.scheduling.nodeSelector may not name the Shim's own node label containerd.x-k8s.io/<metadata.name>: shim-agent selects it (\"true\") itself, on the nodes that serve the handler"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ShimSpec {
@@ -148,23 +153,6 @@ pub struct PlatformArtifact {
         .message("sha256 must be 64 hexadecimal characters"))]
     #[schemars(length(max = 128))]
     pub sha256: Option<String>,
-}
-
-/// The RuntimeClass for this shim.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RuntimeClassRef {
-    /// Name of the RuntimeClass (a DNS-1123 subdomain).
-    #[x_kube(validation = Rule::new("self.size() <= 253 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
-        .message("runtimeClass.name must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters"))]
-    #[schemars(length(max = 512))]
-    pub name: String,
-    /// containerd runtime handler name; default: the Shim's metadata.name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.size() <= 63 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
-        .message("runtimeClass.handler must be a DNS-1123 label: at most 63 lower-case letters, digits or '-', starting and ending with a letter or digit"))]
-    #[schemars(length(max = 128))]
-    pub handler: Option<String>,
 }
 
 /// How containerd runs the shim.

@@ -16,7 +16,7 @@ pub const FIELD_MANAGER: &str = "shim-agent";
 /// Nodes with this label are not targeted by a Shim without a nodeSelector.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 /// Label on RuntimeClasses the coordinator manages (beside the ownerReference to the Shim).
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_LABEL: &str = crate::api::MANAGED_BY_LABEL;
 
 /// The node label that says "this node serves the Shim's handler".
 pub fn node_label(shim: &str) -> String {
