@@ -18,10 +18,10 @@
 
 use super::lease::NAMESPACE;
 use super::lease::{SLOT_FAILED, SLOT_SHIM_LABEL};
-use super::runtime_class::MANAGED_BY_LABEL as MANAGED_BY;
 use super::rbac::{
     AGENT_GROUP, AGENT_USER_PREFIX, COORDINATOR_GROUP, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT,
 };
+use super::runtime_class::MANAGED_BY_LABEL as MANAGED_BY;
 
 pub const SHIM_WRITES_POLICY: &str = "shim-agent-shim-writes";
 pub const SLOT_WRITES_POLICY: &str = "shim-agent-slot-writes";
@@ -32,7 +32,6 @@ pub const RUNTIMECLASS_SHIMS_POLICY: &str = "shim-agent-runtimeclass-shims";
 /// The extra a node-bound ServiceAccount token carries: the Node it is bound to.
 const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
 /// The label the coordinator puts on the RuntimeClasses it manages.
-
 
 fn sa(name: &str) -> String {
     format!("system:serviceaccount:{NAMESPACE}:{name}")
@@ -250,11 +249,24 @@ pub fn runtimeclass_shims() -> serde_json::Value {
             "variables": [
                 {"name": "owners", "expression": "object.metadata.?ownerReferences.orValue([]).filter(r, r.kind == 'Shim')"},
                 {"name": "handler", "expression": "params.spec.runtimeClass.?handler.orValue(params.metadata.name)"},
+                {"name": "mine", "expression": "variables.owners.exists(r, r.uid == params.metadata.uid)"},
+                {"name": "terms", "expression": "params.spec.runtimeClass.?scheduling.?nodeSelector.orValue({})"},
+                {"name": "selector", "expression": "object.?scheduling.?nodeSelector.orValue({})"},
+                {"name": "fixed", "expression": "params.spec.runtimeClass.?overhead.?podFixed.orValue({})"},
+                {"name": "overhead", "expression": "object.?overhead.?podFixed.orValue({})"},
             ],
             "validations": [
                 {
                     "expression": "!variables.owners.exists(r, r.uid == params.metadata.uid) || (object.metadata.name == params.spec.runtimeClass.name && object.handler == variables.handler && object.?scheduling.?nodeSelector.orValue({})[?'containerd.x-k8s.io/' + params.metadata.name].orValue('') == 'true')",
                     "messageExpression": "'RuntimeClass ' + object.metadata.name + ' of Shim ' + params.metadata.name + ' must be named ' + params.spec.runtimeClass.name + ', run handler ' + variables.handler + ' and select containerd.x-k8s.io/' + params.metadata.name + '=true'",
+                },
+                {
+                    "expression": "!variables.mine || (object.?scheduling.?tolerations.orValue([]) == params.spec.runtimeClass.?scheduling.?tolerations.orValue([]) && variables.selector.size() == variables.terms.size() + 1 && variables.terms.all(k, k in variables.selector && variables.selector[k] == variables.terms[k]))",
+                    "messageExpression": "'RuntimeClass ' + object.metadata.name + ' of Shim ' + params.metadata.name + ' must have the Shim\\'s tolerations and nodeSelector terms (spec.runtimeClass.scheduling), and no others'",
+                },
+                {
+                    "expression": "!variables.mine || (variables.overhead.size() == variables.fixed.size() && variables.fixed.all(k, k in variables.overhead && quantity(string(variables.fixed[k])).compareTo(quantity(string(variables.overhead[k]))) == 0))",
+                    "messageExpression": "'RuntimeClass ' + object.metadata.name + ' of Shim ' + params.metadata.name + ' must have the Shim\\'s overhead (spec.runtimeClass.overhead.podFixed), and no other'",
                 },
                 {
                     "expression": "params.spec.runtimeClass.name != object.metadata.name || variables.owners.exists(r, r.uid == params.metadata.uid)",

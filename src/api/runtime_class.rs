@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Toleration as CoreToleration;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::KubeSchema;
 use kube::core::{Message, Rule};
@@ -66,7 +68,7 @@ fn same_toleration(a: &str, b: &str) -> String {
 }
 
 /// The RuntimeClass for this shim.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuntimeClassRef {
     /// Name of the RuntimeClass (a DNS-1123 subdomain).
@@ -196,6 +198,49 @@ pub enum TaintEffect {
     NoSchedule,
     PreferNoSchedule,
     NoExecute,
+}
+
+impl RuntimeClassRef {
+    /// `overhead.podFixed` as the RuntimeClass API's quantities (an integer `1` as `"1"`).
+    pub fn pod_fixed(&self) -> Option<BTreeMap<String, Quantity>> {
+        let fixed = self.overhead.as_ref()?.pod_fixed.as_ref()?;
+        let quantity = |v: &IntOrString| match v {
+            IntOrString::Int(i) => Quantity(i.to_string()),
+            IntOrString::String(s) => Quantity(s.clone()),
+        };
+        Some(
+            fixed
+                .iter()
+                .map(|(k, v)| (k.clone(), quantity(v)))
+                .collect(),
+        )
+    }
+
+    /// `scheduling.tolerations` as the RuntimeClass API's.
+    pub fn tolerations(&self) -> Option<Vec<CoreToleration>> {
+        let tolerations = self.scheduling.as_ref()?.tolerations.as_ref()?;
+        Some(tolerations.iter().map(Toleration::to_core).collect())
+    }
+
+    /// The user's `scheduling.nodeSelector` terms (without the Shim's own label).
+    pub fn node_selector_terms(&self) -> BTreeMap<String, String> {
+        self.scheduling
+            .as_ref()
+            .and_then(|s| s.node_selector.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl Toleration {
+    fn to_core(&self) -> CoreToleration {
+        CoreToleration {
+            key: self.key.clone(),
+            operator: self.operator.map(|o| o.as_str().to_string()),
+            value: self.value.clone(),
+            effect: self.effect.map(|e| e.as_str().to_string()),
+            toleration_seconds: self.toleration_seconds,
+        }
+    }
 }
 
 impl TolerationOperator {

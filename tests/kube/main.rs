@@ -24,4 +24,5 @@ mod hooks_rollout;
 mod kustomize;
 mod node_credential;
 mod resilience;
+mod runtime_class;
 mod slots;

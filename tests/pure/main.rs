@@ -39,6 +39,7 @@ mod distro_templates;
 mod live_txn;
 mod node_cri_info;
 mod offline_install;
+mod runtime_class;
 mod shape;
 mod txn_gate;
 mod untrusted_text;

@@ -168,6 +168,21 @@ impl KubeEnv {
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
     }
 
+    /// Start kube-scheduler beside this control plane, if it is not running (up.sh keeps
+    /// what runs). It schedules only pods without a nodeName, onto Ready nodes with room:
+    /// the Node objects other tests create have no status, so no pod lands on them.
+    pub fn with_scheduler(&self) {
+        let out = Command::new(self.dir.join("up.sh"))
+            .env("KUBE_ENV_SCHEDULER", "1")
+            .output()
+            .expect("run up.sh");
+        assert!(
+            out.status.success(),
+            "kube-scheduler did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub async fn admin_client(&self) -> Client {
         client_for(&self.admin).await
     }

@@ -20,7 +20,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use shim_agent::api::{
     AnonHttp, FetchStrategy, FetchType, PlatformArtifact, RollingUpdate, RolloutStrategy,
-    RolloutType, RuntimeClassRef, RuntimeSettings, Shim, ShimSpec,
+    RolloutType, RuntimeClassRef, RuntimeSettings, Shim, ShimSpec, TaintEffect, Toleration,
+    TolerationOperator,
 };
 
 /// A Shim under construction; see the module's documentation.
@@ -44,7 +45,7 @@ impl ShimBuilder {
             },
             runtime_class: RuntimeClassRef {
                 name: name.to_string(),
-                handler: None,
+                ..RuntimeClassRef::default()
             },
             runtime: None,
             rollout_strategy: None,
@@ -114,6 +115,64 @@ impl ShimBuilder {
     /// `runtimeClass.handler` (absent: the Shim's name).
     pub fn handler(mut self, handler: &str) -> ShimBuilder {
         self.shim.spec.runtime_class.handler = Some(handler.to_string());
+        self
+    }
+
+    /// `runtimeClass.overhead.podFixed[resource]`: a quantity (`250m`, `160Mi`).
+    pub fn overhead(mut self, resource: &str, quantity: &str) -> ShimBuilder {
+        let rc = &mut self.shim.spec.runtime_class;
+        rc.overhead
+            .get_or_insert_with(Default::default)
+            .pod_fixed
+            .get_or_insert_with(Default::default)
+            .insert(resource.into(), IntOrString::String(quantity.into()));
+        self
+    }
+
+    /// One more `runtimeClass.scheduling.nodeSelector` term.
+    pub fn class_node_selector(mut self, key: &str, value: &str) -> ShimBuilder {
+        let rc = &mut self.shim.spec.runtime_class;
+        rc.scheduling
+            .get_or_insert_with(Default::default)
+            .node_selector
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        self
+    }
+
+    /// One more `runtimeClass.scheduling.tolerations` entry: `key=value:effect`, operator
+    /// Equal.
+    pub fn toleration(mut self, key: &str, value: &str, effect: TaintEffect) -> ShimBuilder {
+        let rc = &mut self.shim.spec.runtime_class;
+        rc.scheduling
+            .get_or_insert_with(Default::default)
+            .tolerations
+            .get_or_insert_with(Default::default)
+            .push(Toleration {
+                key: Some(key.into()),
+                operator: Some(TolerationOperator::Equal),
+                value: Some(value.into()),
+                effect: Some(effect),
+                toleration_seconds: None,
+            });
+        self
+    }
+
+    /// One more `runtimeClass.labels` entry.
+    pub fn class_label(mut self, key: &str, value: &str) -> ShimBuilder {
+        let rc = &mut self.shim.spec.runtime_class;
+        rc.labels
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        self
+    }
+
+    /// One more `runtimeClass.annotations` entry.
+    pub fn class_annotation(mut self, key: &str, value: &str) -> ShimBuilder {
+        let rc = &mut self.shim.spec.runtime_class;
+        rc.annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
         self
     }
 

@@ -32,14 +32,15 @@ use election::{LeaseLock, Timings, lead};
 use slot_writes::Rollout;
 use status::NodeView;
 
+pub mod class;
 pub mod election;
 mod error;
 pub mod plan;
 pub mod slot_writes;
 pub mod status;
 
+pub use class::runtime_class;
 pub use error::CoordinatorError;
-pub use plan::runtime_class;
 
 /// Pause before a Shim whose reconcile failed (an API error) is looked at again.
 pub const RETRY_SECS: u64 = 5;

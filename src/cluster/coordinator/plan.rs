@@ -9,14 +9,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::node::v1::{RuntimeClass, Scheduling};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::{Resource, ResourceExt};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use tokio::time::Instant;
 
+use super::class::{runtime_class, same_class};
 use super::status::{NodeView, compute_status, with_hold};
 use crate::api::{Shim, ShimStatus};
-use crate::cluster::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY_LABEL, node_label};
+use crate::cluster::names::{FINALIZER, node_label};
 use crate::hooks::hold::Hold;
 
 /// What the coordinator knows when it decides about one Shim.
@@ -169,33 +170,6 @@ fn plan_status(
         }
         _ => (StatusAction::Write(Box::new(status)), due),
     }
-}
-
-/// The RuntimeClass a Shim wants: its handler, scheduled onto nodes with its label, owned by
-/// the Shim (garbage-collected with it).
-pub fn runtime_class(shim: &Shim) -> RuntimeClass {
-    let owner = shim.controller_owner_ref(&());
-    RuntimeClass {
-        metadata: ObjectMeta {
-            name: Some(shim.spec.runtime_class.name.clone()),
-            labels: Some([(MANAGED_BY_LABEL.to_string(), FIELD_MANAGER.to_string())].into()),
-            owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
-        },
-        handler: shim.handler().to_string(),
-        scheduling: Some(Scheduling {
-            node_selector: Some([(node_label(&shim.name_any()), "true".to_string())].into()),
-            tolerations: None,
-        }),
-        overhead: None,
-    }
-}
-
-fn same_class(have: &RuntimeClass, want: &RuntimeClass) -> bool {
-    let selector = |rc: &RuntimeClass| rc.scheduling.as_ref().and_then(|s| s.node_selector.clone());
-    have.handler == want.handler
-        && selector(have) == selector(want)
-        && have.owner_references() == want.owner_references()
 }
 
 #[cfg(test)]
