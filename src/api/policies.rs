@@ -31,7 +31,6 @@ pub const RUNTIMECLASS_SHIMS_POLICY: &str = "shim-agent-runtimeclass-shims";
 
 /// The extra a node-bound ServiceAccount token carries: the Node it is bound to.
 const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
-/// The label the coordinator puts on the RuntimeClasses it manages.
 
 fn sa(name: &str) -> String {
     format!("system:serviceaccount:{NAMESPACE}:{name}")

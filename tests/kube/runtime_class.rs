@@ -270,7 +270,8 @@ async fn the_coordinator_identity_cannot_give_a_shims_class_other_tolerations_se
     create(same).await.expect("the Shim's own class");
     let scheduling = "must have the Shim's tolerations and nodeSelector terms";
     let overhead = "must have the Shim's overhead";
-    let cases: [(&str, fn(&mut RuntimeClass), &str); 5] = [
+    type Change = fn(&mut RuntimeClass);
+    let cases: [(&str, Change, &str); 5] = [
         (
             "a toleration of every taint",
             |rc| {
