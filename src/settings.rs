@@ -160,6 +160,12 @@ pub struct KubernetesSettings {
     /// Longest a ShimExtension may defer this node's restart while it holds its rollout slot;
     /// then the slot is given back and the node waits for another (docs/design.md §10).
     pub max_deferral_secs: u64,
+    /// The taint node provisioners put on new nodes until their Shims are ready, as
+    /// `KEY:EFFECT` with the key under `containerd.x-k8s.io/` (for example
+    /// `containerd.x-k8s.io/shims-pending:NoSchedule`). Empty: none. The agent names it on its
+    /// Node; the coordinator removes it once the Node's `containerd.x-k8s.io/ShimsReady`
+    /// condition is True, and nothing adds it back (docs/design.md §7).
+    pub startup_taint: String,
 }
 
 impl Default for KubernetesSettings {
@@ -173,6 +179,7 @@ impl Default for KubernetesSettings {
             status_interval_secs: 2,
             node_wait_secs: 60,
             max_deferral_secs: 300,
+            startup_taint: String::new(),
         }
     }
 }

@@ -28,6 +28,13 @@ pub const SLOT_WRITES_POLICY: &str = "shim-agent-slot-writes";
 pub const NODE_WRITES_POLICY: &str = "shim-agent-node-writes";
 pub const RUNTIMECLASS_WRITES_POLICY: &str = "shim-agent-runtimeclass-writes";
 pub const RUNTIMECLASS_SHIMS_POLICY: &str = "shim-agent-runtimeclass-shims";
+pub const NODE_STATUS_POLICY: &str = "shim-agent-node-status";
+pub const NODE_TAINTS_POLICY: &str = "shim-agent-node-taints";
+
+/// The Node condition the agent keeps (`cluster::readiness::SHIMS_READY`).
+const SHIMS_READY: &str = "containerd.x-k8s.io/ShimsReady";
+/// The Node annotation naming the startup taint (`cluster::readiness::STARTUP_TAINT_ANNOTATION`).
+const STARTUP_TAINT: &str = "containerd.x-k8s.io/startup-taint";
 
 /// The extra a node-bound ServiceAccount token carries: the Node it is bound to.
 const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
@@ -186,6 +193,7 @@ pub fn node_writes() -> serde_json::Value {
                 {"name": "newL", "expression": "request.operation == 'DELETE' ? {} : object.metadata.?labels.orValue({})"},
                 {"name": "oldA", "expression": "request.operation == 'CREATE' ? {} : oldObject.metadata.?annotations.orValue({})"},
                 {"name": "newA", "expression": "request.operation == 'DELETE' ? {} : object.metadata.?annotations.orValue({})"},
+                {"name": "mine", "expression": format!("['containerd.x-k8s.io/shim-state', '{STARTUP_TAINT}']")},
             ],
             "validations": [
                 {
@@ -193,8 +201,67 @@ pub fn node_writes() -> serde_json::Value {
                     "messageExpression": "'a shim-agent node identity may update only its own Node (' + (variables.me == '' ? 'it acts for no node' : variables.me) + '), not ' + (request.operation == 'DELETE' ? oldObject : object).metadata.name",
                 },
                 {
-                    "expression": format!("request.operation != 'UPDATE' || (object.spec == oldObject.spec && variables.newL.all(k, {ours} || (k in variables.oldL && variables.oldL[k] == variables.newL[k])) && variables.oldL.all(k, {ours} || k in variables.newL) && variables.newA.all(k, k == 'containerd.x-k8s.io/shim-state' || (k in variables.oldA && variables.oldA[k] == variables.newA[k])) && variables.oldA.all(k, k == 'containerd.x-k8s.io/shim-state' || k in variables.newA))"),
-                    "message": "a shim-agent node identity may change only its Node's containerd.x-k8s.io/ labels and its containerd.x-k8s.io/shim-state annotation",
+                    "expression": format!("request.operation != 'UPDATE' || (object.spec == oldObject.spec && variables.newL.all(k, {ours} || (k in variables.oldL && variables.oldL[k] == variables.newL[k])) && variables.oldL.all(k, {ours} || k in variables.newL) && variables.newA.all(k, k in variables.mine || (k in variables.oldA && variables.oldA[k] == variables.newA[k])) && variables.oldA.all(k, k in variables.mine || k in variables.newA))"),
+                    "message": "a shim-agent node identity may change only its Node's containerd.x-k8s.io/ labels and its containerd.x-k8s.io/shim-state and containerd.x-k8s.io/startup-taint annotations",
+                },
+            ],
+        },
+    })
+}
+
+/// A dedicated node identity writes, of its own Node's status, only the ShimsReady condition
+/// (a kubelet's own status writes are the kubelet's, under NodeRestriction).
+pub fn node_status() -> serde_json::Value {
+    let others = |o: &str| {
+        format!("{o}.status.?conditions.orValue([]).filter(c, c.type != '{SHIMS_READY}')")
+    };
+    serde_json::json!({
+        "metadata": meta(NODE_STATUS_POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": rules("", "nodes/status", &["UPDATE"]),
+            "matchConditions": [{"name": "dedicated-node-agent", "expression": is_dedicated_node_agent()}],
+            "variables": [{"name": "me", "expression": node_of_requester()}],
+            "validations": [
+                {
+                    "expression": "variables.me != '' && object.metadata.name == variables.me",
+                    "messageExpression": "'a shim-agent node identity may update only its own Node\\'s status, not ' + object.metadata.name",
+                },
+                {
+                    "expression": format!("{} == {} && ['capacity', 'allocatable', 'addresses', 'nodeInfo', 'daemonEndpoints', 'phase'].all(f, (f in object.status) == (f in oldObject.status) && (!(f in object.status) || object.status[f] == oldObject.status[f]))", others("object"), others("oldObject")),
+                    "message": format!("a shim-agent node identity may change, of its Node's status, only the {SHIMS_READY} condition"),
+                },
+            ],
+        },
+    })
+}
+
+/// The coordinator removes, of a Node, only the startup taint the Node's annotation names
+/// (under containerd.x-k8s.io/), and only once the Node's ShimsReady condition is True;
+/// nothing else of the Node changes.
+pub fn node_taints() -> serde_json::Value {
+    let taints = |o: &str| format!("{o}.spec.?taints.orValue([])");
+    let same = |f: &str, empty: &str| {
+        format!("object.spec.?{f}.orValue({empty}) == oldObject.spec.?{f}.orValue({empty})")
+    };
+    serde_json::json!({
+        "metadata": meta(NODE_TAINTS_POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": rules("", "nodes", &["CREATE", "UPDATE", "DELETE"]),
+            "matchConditions": [{"name": "coordinator", "expression": is_coordinator()}],
+            "variables": [
+                {"name": "named", "expression": format!("oldObject == null ? '' : oldObject.metadata.?annotations[?'{STARTUP_TAINT}'].orValue('')")},
+                {"name": "ready", "expression": format!("oldObject != null && oldObject.status.?conditions.orValue([]).exists(c, c.type == '{SHIMS_READY}' && c.status == 'True')")},
+            ],
+            "validations": [
+                {
+                    "expression": format!("request.operation == 'UPDATE' && object.metadata.?labels.orValue({{}}) == oldObject.metadata.?labels.orValue({{}}) && object.metadata.?annotations.orValue({{}}) == oldObject.metadata.?annotations.orValue({{}}) && {} && {} && {} && {}", same("unschedulable", "false"), same("podCIDR", "''"), same("podCIDRs", "[]"), same("providerID", "''")),
+                    "message": "the shim-agent coordinator may only remove a Node's startup taint: no create, delete, or other change",
+                },
+                {
+                    "expression": format!("{new}.all(t, t in {old}) && {old}.all(t, t in {new} || (variables.ready && variables.named.startsWith('containerd.x-k8s.io/') && variables.named == t.key + ':' + t.effect))", new = taints("object"), old = taints("oldObject")),
+                    "messageExpression": format!("'the shim-agent coordinator may remove only the startup taint the Node names in {STARTUP_TAINT} (under containerd.x-k8s.io/), once its {SHIMS_READY} condition is True; not so on ' + object.metadata.name"),
                 },
             ],
         },
@@ -283,6 +350,8 @@ pub fn policies() -> Vec<(&'static str, serde_json::Value, Option<serde_json::Va
         (SLOT_WRITES_POLICY, slot_writes(), None),
         (NODE_WRITES_POLICY, node_writes(), None),
         (RUNTIMECLASS_WRITES_POLICY, runtimeclass_writes(), None),
+        (NODE_STATUS_POLICY, node_status(), None),
+        (NODE_TAINTS_POLICY, node_taints(), None),
         (
             RUNTIMECLASS_SHIMS_POLICY,
             runtimeclass_shims(),

@@ -100,6 +100,9 @@ pub fn node_cluster_role() -> ClusterRole {
             // its own Node: the Shim labels and the state annotation (NodeRestriction holds a
             // kubelet to its own Node, the node-writes policy a dedicated identity)
             rule(&[""], &["nodes"], &["list", "watch", "patch"]),
+            // its own Node's ShimsReady condition (the node-status policy holds a dedicated
+            // identity to that; a kubelet writes its own status anyway)
+            rule(&[""], &["nodes/status"], &["patch"]),
             // pods on its own node (field selector spec.nodeName): uninstalls wait for the
             // pods that use the Shim's RuntimeClass
             rule(&[""], &["pods"], &["list", "watch"]),
@@ -134,8 +137,9 @@ pub fn coordinator_cluster_role() -> ClusterRole {
             ),
             rule(&[""], &["services"], &["get"]),
             rule(&["discovery.k8s.io"], &["endpointslices"], &["list"]),
-            // targets and the nodes' reports
-            rule(&[""], &["nodes"], &["list", "watch"]),
+            // targets and the nodes' reports; startup taints off ready nodes (the node-taints
+            // policy allows nothing else)
+            rule(&[""], &["nodes"], &["list", "watch", "patch"]),
             // the Shims' RuntimeClasses (the runtimeclass policies hold it to those)
             rule(
                 &["node.k8s.io"],

@@ -20,6 +20,7 @@ pub mod coordinator;
 pub mod lease_edits;
 pub mod names;
 pub mod nodestate;
+pub mod readiness;
 pub mod session;
 pub mod slots;
 pub mod target;

@@ -10,6 +10,7 @@ use super::agent::gate::GateTimings;
 use super::agent::{Agent, Exit};
 use super::connect::{self, CredentialWatch, Source};
 use super::coordinator::{self, CoordinatorConfig};
+use super::readiness::StartupTaint;
 use crate::txn::{HealthCheck, Node, Restarter};
 
 /// Settings of a cluster session.
@@ -27,6 +28,8 @@ pub struct SessionConfig {
     pub credential_check: Duration,
     /// How this node waits for rollout slots.
     pub gate: GateTimings,
+    /// The startup taint this node names for removal once its Shims are ready.
+    pub startup_taint: Option<StartupTaint>,
 }
 
 impl SessionConfig {
@@ -38,6 +41,15 @@ impl SessionConfig {
         let k = &settings.kubernetes;
         let secs = Duration::from_secs;
         let coordinator = k.coordinator_kubeconfig.trim();
+        let taint = k.startup_taint.trim();
+        let startup_taint = if taint.is_empty() {
+            None
+        } else {
+            Some(
+                StartupTaint::parse(taint)
+                    .map_err(|e| anyhow::anyhow!("kubernetes.startup-taint = {e}"))?,
+            )
+        };
         Ok(SessionConfig {
             source,
             node_name: connect::node_name(settings)?,
@@ -57,6 +69,7 @@ impl SessionConfig {
                 max_deferral: secs(k.max_deferral_secs),
                 ..GateTimings::default()
             },
+            startup_taint,
         })
     }
 }
@@ -102,6 +115,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
         agent.node_wait = config.node_wait;
         agent.credential_check = config.credential_check;
         agent.gate_timings = config.gate;
+        agent.startup_taint = config.startup_taint.clone();
         let exit = agent
             .run(&store, &mut state, shutdown.clone(), &mut files, || {
                 // both checked every time (each remembers what it saw)

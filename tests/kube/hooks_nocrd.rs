@@ -83,6 +83,7 @@ async fn without_the_extension_crd_a_restart_goes_through_at_once() {
         node_wait: Duration::from_secs(20),
         credential_check: Duration::from_millis(500),
         gate: GateTimings::default(),
+        startup_taint: None,
     };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let agent = session::run(&n, config, stop);

@@ -23,6 +23,7 @@ mod hooks_nocrd;
 mod hooks_rollout;
 mod kustomize;
 mod node_credential;
+mod readiness;
 mod resilience;
 mod runtime_class;
 mod slots;

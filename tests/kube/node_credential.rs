@@ -272,6 +272,40 @@ async fn a_node_credential_can_change_no_runtime_class_and_nothing_of_another_no
         e.contains("only its Node's containerd.x-k8s.io/ labels"),
         "{e}"
     );
+    // ... and there, of the status, to the ShimsReady condition
+    let condition = |t: &str| {
+        json!({"status": {"conditions": [{"type": t, "status": "True", "reason": "Test", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z", "lastHeartbeatTime": "2026-01-01T00:00:00Z"}]}})
+    };
+    let status = |node: &'static str, c: serde_json::Value| {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .patch_status(node, &PatchParams::default(), &Patch::Strategic(c))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    };
+    status("kc-a", condition("containerd.x-k8s.io/ShimsReady"))
+        .await
+        .expect("its own Node's ShimsReady condition");
+    let e = status("kc-b", condition("containerd.x-k8s.io/ShimsReady"))
+        .await
+        .unwrap_err();
+    assert!(e.contains("only its own Node's status, not kc-b"), "{e}");
+    let e = status("kc-a", condition("Ready")).await.unwrap_err();
+    assert!(
+        e.contains("only the containerd.x-k8s.io/ShimsReady condition"),
+        "{e}"
+    );
+    let e = status("kc-a", json!({"status": {"capacity": {"cpu": "64"}}}))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("only the containerd.x-k8s.io/ShimsReady condition"),
+        "{e}"
+    );
     // a token bound to no node acts for none
     let unbound = token_client(env, &sa_token(env, None)).await;
     let e = Api::<k8s_openapi::api::core::v1::Node>::all(unbound.clone())

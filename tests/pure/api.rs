@@ -217,6 +217,7 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
     assert_eq!(verbs(node, "shims/status"), None);
     assert_eq!(verbs(node, "runtimeclasses"), None);
     assert_eq!(verbs(node, "nodes"), list(&["list", "watch", "patch"]));
+    assert_eq!(verbs(node, "nodes/status"), list(&["patch"]));
     assert_eq!(verbs(node, "pods"), list(&["list", "watch"]));
     assert_eq!(
         verbs(node, "shimextensions"),
@@ -244,7 +245,12 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
         list(&["get", "list", "watch", "update"])
     );
     let coordinator = find("ClusterRole", "shim-agent-coordinator");
-    assert_eq!(verbs(coordinator, "nodes"), list(&["list", "watch"]));
+    // startup taints off ready Nodes, held to that by the node-taints policy
+    assert_eq!(
+        verbs(coordinator, "nodes"),
+        list(&["list", "watch", "patch"])
+    );
+    assert_eq!(verbs(coordinator, "nodes/status"), None);
     assert_eq!(
         verbs(coordinator, "runtimeclasses"),
         list(&["list", "watch", "create", "patch", "delete"])

@@ -68,6 +68,7 @@ impl Rig {
             node_wait: Duration::from_secs(10),
             credential_check: Duration::from_millis(500),
             gate: shim_agent::cluster::agent::gate::GateTimings::default(),
+            startup_taint: None,
         }
     }
 
@@ -141,9 +142,19 @@ pub async fn with_agent<Fut: std::future::Future<Output = ()>>(
     f: &FakeContainerd,
     body: impl FnOnce() -> Fut,
 ) {
+    with_agent_config(rig, f, rig.config(), body).await
+}
+
+/// [`with_agent`] with a session config of the test's own.
+pub async fn with_agent_config<Fut: std::future::Future<Output = ()>>(
+    rig: &Rig,
+    f: &FakeContainerd,
+    config: SessionConfig,
+    body: impl FnOnce() -> Fut,
+) {
     let n = cluster_node(&rig.w, f);
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let agent = session::run(&n, rig.config(), rx);
+    let agent = session::run(&n, config, rx);
     let body = async {
         body().await;
         let _ = tx.send(true);

@@ -66,6 +66,8 @@ pub struct Agent<'n, 'a, R, H> {
     pub credential_check: Duration,
     /// How this node waits for rollout slots.
     pub gate_timings: GateTimings,
+    /// The startup taint this node names on its Node (`kubernetes.startup-taint`).
+    pub startup_taint: Option<crate::cluster::readiness::StartupTaint>,
     pub(super) shutdown: Option<tokio_watch::Receiver<bool>>,
     /// What it remembers between rounds.
     memory: Memory,
@@ -86,6 +88,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             node_wait: Duration::from_secs(60),
             credential_check: Duration::from_secs(super::connect::CREDENTIAL_CHECK_SECS),
             gate_timings: GateTimings::default(),
+            startup_taint: None,
             shutdown: None,
             memory: Memory::default(),
         }

@@ -13,6 +13,7 @@ use super::round::RoundView;
 use crate::api::Shim;
 use crate::cluster::names::{FIELD_MANAGER, STATE_ANNOTATION};
 use crate::cluster::nodestate::{self, NodeStates};
+use crate::cluster::readiness::{self, STARTUP_TAINT_ANNOTATION, StartupTaint};
 use crate::cluster::target::{self, Inputs, NodePlan};
 use crate::state::{NodeState, Origin, StateStore};
 use crate::txn::{HealthCheck, Restarter};
@@ -55,15 +56,15 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         }
     }
 
-    /// The patch that moves the Node's labels and state annotation to what the local state
-    /// says; `None` when the Node is there already.
-    pub(super) fn node_sync_patch(
+    /// What the Node should say: the Shims that target it, the Shim labels and the report
+    /// (state annotation entries).
+    fn wanted_report(
         &self,
         current: &KubeNode,
         view: &RoundView<'_>,
         state: &NodeState,
         plan: &NodePlan,
-    ) -> Option<serde_json::Value> {
+    ) -> (Vec<String>, BTreeSet<String>, NodeStates) {
         let labels_now = current.labels().clone();
         let inputs = Inputs {
             node_labels: &labels_now,
@@ -75,13 +76,75 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             held: view.held,
         };
         let notes = self.memory.notes();
+        let previous = nodestate::parse_states(current.metadata.annotations.as_ref());
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
+        let wanted = target::wanted_from_cluster(&inputs)
+            .iter()
+            .map(|s| s.name().to_string())
+            .collect();
+        (wanted, target::labels_wanted(&inputs), states)
+    }
+
+    /// The patch that moves the Node's labels and state annotation to what the local state
+    /// says, and names the startup taint; `None` when the Node is there already.
+    pub(super) fn node_sync_patch(
+        &self,
+        current: &KubeNode,
+        view: &RoundView<'_>,
+        state: &NodeState,
+        plan: &NodePlan,
+    ) -> Option<serde_json::Value> {
+        let (_, labels, states) = self.wanted_report(current, view, state, plan);
         let annotations = current.metadata.annotations.as_ref();
         let previous: NodeStates = nodestate::parse_states(annotations);
         let present = annotations.is_some_and(|a| a.contains_key(STATE_ANNOTATION));
+        let mut patch =
+            nodestate::node_patch(current.labels(), &previous, present, &labels, &states);
+        let taint = self.startup_taint.as_ref().map(StartupTaint::text);
+        let named = annotations.and_then(|a| a.get(STARTUP_TAINT_ANNOTATION));
+        if let Some(taint) = taint.filter(|t| named != Some(t)) {
+            let p = patch.get_or_insert_with(|| serde_json::json!({"metadata": {}}));
+            p["metadata"]["annotations"][STARTUP_TAINT_ANNOTATION] = taint.into();
+        }
+        patch
+    }
+
+    /// Set the Node's `containerd.x-k8s.io/ShimsReady` condition to what the report says,
+    /// when it says something else; a failed write is retried as a failed label write is.
+    async fn sync_readiness(
+        &mut self,
+        current: &KubeNode,
+        view: &RoundView<'_>,
+        state: &NodeState,
+        plan: &NodePlan,
+    ) {
+        let (wanted, _, states) = self.wanted_report(current, view, state, plan);
+        let r = readiness::readiness(&wanted, &states);
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
-        let labels = target::labels_wanted(&inputs);
-        nodestate::node_patch(&labels_now, &previous, present, &labels, &states)
+        let Some(patch) = readiness::condition_patch(current, &r, &now) else {
+            return;
+        };
+        let api = Api::<KubeNode>::all(self.client.clone());
+        match api
+            .patch_status(
+                &self.node_name,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(
+                ready = r.ready,
+                reason = r.reason,
+                "ShimsReady: {}",
+                r.message
+            ),
+            Err(e) => {
+                tracing::warn!("cannot set the Node's ShimsReady condition; retrying: {e}");
+                self.memory.node_sync_failed(Instant::now());
+            }
+        }
     }
 
     /// Move the Node's labels and state annotation to what the local state says.
@@ -94,11 +157,13 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     ) -> KubeNode {
         let Some(patch) = self.node_sync_patch(&current, view, state, plan) else {
             self.memory.node_synced();
+            self.sync_readiness(&current, view, state, plan).await;
             return current;
         };
         match self.patch_node(patch).await {
             Ok(n) => {
                 self.memory.node_synced();
+                self.sync_readiness(&n, view, state, plan).await;
                 n
             }
             Err(e) => {

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use super::names::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
 use super::nodestate::parse_states;
+use super::readiness;
 use super::slots::SLOT_SHIM_LABEL;
 use super::watch::{Tasks, spawn_reflector};
 use election::{LeaseLock, Timings, lead};
@@ -191,6 +192,7 @@ impl Coordinator {
     /// Reconcile every Shim; the earliest time one asked to be looked at again (a failed
     /// step retries after [`RETRY_SECS`]).
     async fn reconcile_all(&mut self, caches: &Caches) -> Option<Instant> {
+        self.release_startup_taints(&caches.nodes).await;
         let views = node_views(&caches.nodes);
         let mut next: Option<Instant> = None;
         let all = caches.shims.state();
@@ -214,6 +216,32 @@ impl Coordinator {
             };
         }
         next
+    }
+}
+
+impl Coordinator {
+    /// Take each startup taint off its Node once the Node's Shims are ready
+    /// ([`readiness::taint_removal`] decides; the node-taints policy holds the coordinator
+    /// to that). A failure is retried at the next round: the Node's next change brings one.
+    async fn release_startup_taints(&self, nodes: &Store<KubeNode>) {
+        let api = Api::<KubeNode>::all(self.client.clone());
+        for node in nodes.state() {
+            let Some(patch) = readiness::taint_removal(&node) else {
+                continue;
+            };
+            let name = node.name_any();
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(node = %name, "startup taint removed: the node's Shims are ready")
+                }
+                Err(e) => {
+                    tracing::warn!(node = %name, "cannot remove the node's startup taint; retrying: {e}")
+                }
+            }
+        }
     }
 }
 

@@ -264,6 +264,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                 max_deferral: cfg.max_deferral,
                 ..cfg.gate
             },
+            startup_taint: None,
         };
         async move {
             loop {
