@@ -64,6 +64,14 @@ impl StartupTaint {
         format!("{}:{}", self.key, self.effect)
     }
 
+    /// Whether `node` carries this taint.
+    pub fn is_on(&self, node: &Node) -> bool {
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| self.matches(t)))
+    }
+
     fn matches(&self, t: &Taint) -> bool {
         t.key == self.key && t.effect == self.effect
     }

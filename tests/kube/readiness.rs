@@ -72,6 +72,13 @@ async fn the_condition_follows_the_shims_and_the_startup_taint_comes_off_once_it
         json!([{"key": TAINT, "effect": "NoSchedule"}, {"key": "other", "value": "x", "effect": "NoSchedule"}]),
     )
     .await;
+    // a provisioner's label in advance (an autoscaler then sees the RuntimeClass's selector
+    // met): kept while the startup taint keeps pods off, though the Shim is not served yet
+    let prelabel = json!({"metadata": {"labels": {format!("containerd.x-k8s.io/{bad}"): "true"}}});
+    nodes
+        .patch(&rig.name, &PatchParams::default(), &Patch::Merge(&prelabel))
+        .await
+        .unwrap();
     let f = fake(&rig.w);
     let mut config = rig.config();
     config.startup_taint = Some(StartupTaint::parse(&format!("{TAINT}:NoSchedule")).unwrap());
@@ -104,6 +111,11 @@ async fn the_condition_follows_the_shims_and_the_startup_taint_comes_off_once_it
             "the node names its startup taint"
         );
         assert!(taint_keys(&n).contains(&TAINT.to_string()), "removed before the Shims are ready");
+        assert_eq!(
+            n.labels().get(&format!("containerd.x-k8s.io/{bad}")).map(String::as_str),
+            Some("true"),
+            "the provisioner's label went while the startup taint is on"
+        );
 
         // NodeRestriction: the kubelet identity cannot take its own taint off
         let as_node: Api<KubeNode> = Api::all(client_for(&rig.kubeconfig).await);
@@ -132,6 +144,10 @@ async fn the_condition_follows_the_shims_and_the_startup_taint_comes_off_once_it
         })
         .await;
         assert_eq!(taint_keys(&n), ["other"], "only the startup taint goes");
+        assert!(
+            !n.labels().contains_key(&format!("containerd.x-k8s.io/{bad}")),
+            "the label of a Shim no longer there stays"
+        );
 
         // another round (a label change nudges one): no condition write, no taint back
         let nudge = json!({"metadata": {"labels": {"krd-nudge": "1"}}});

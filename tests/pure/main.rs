@@ -36,6 +36,7 @@ mod containerd_real;
 mod daemon;
 mod distro_engine;
 mod distro_templates;
+mod docs_examples;
 mod live_txn;
 mod node_cri_info;
 mod offline_install;

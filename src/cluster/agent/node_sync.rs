@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::Agent;
 use super::round::RoundView;
 use crate::api::Shim;
-use crate::cluster::names::{FIELD_MANAGER, STATE_ANNOTATION};
+use crate::cluster::names::{FIELD_MANAGER, STATE_ANNOTATION, node_label};
 use crate::cluster::nodestate::{self, NodeStates};
 use crate::cluster::readiness::{self, STARTUP_TAINT_ANNOTATION, StartupTaint};
 use crate::cluster::target::{self, Inputs, NodePlan};
@@ -95,7 +95,8 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         state: &NodeState,
         plan: &NodePlan,
     ) -> Option<serde_json::Value> {
-        let (_, labels, states) = self.wanted_report(current, view, state, plan);
+        let (wanted, mut labels, states) = self.wanted_report(current, view, state, plan);
+        labels.extend(self.kept_prelabels(current, &wanted));
         let annotations = current.metadata.annotations.as_ref();
         let previous: NodeStates = nodestate::parse_states(annotations);
         let present = annotations.is_some_and(|a| a.contains_key(STATE_ANNOTATION));
@@ -108,6 +109,24 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             p["metadata"]["annotations"][STARTUP_TAINT_ANNOTATION] = taint.into();
         }
         patch
+    }
+
+    /// Shim labels a node provisioner set in advance (so that an autoscaler sees the
+    /// RuntimeClass's nodeSelector met by the node it launches), kept while the Node still
+    /// carries this agent's startup taint: the taint keeps pods off until the Shims are
+    /// ready. Without a startup taint a label means "served", and goes until it is.
+    fn kept_prelabels(&self, current: &KubeNode, wanted: &[String]) -> Vec<String> {
+        let Some(taint) = &self.startup_taint else {
+            return Vec::new();
+        };
+        if !taint.is_on(current) {
+            return Vec::new();
+        }
+        wanted
+            .iter()
+            .filter(|n| current.labels().get(&node_label(n)).map(String::as_str) == Some("true"))
+            .cloned()
+            .collect()
     }
 
     /// Set the Node's `containerd.x-k8s.io/ShimsReady` condition to what the report says,

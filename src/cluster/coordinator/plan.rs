@@ -96,12 +96,10 @@ fn plan_apply(f: &ShimFacts<'_>) -> ShimActions {
             ),
         )
     });
-    let label = node_label(&f.shim.name_any());
-    let served = f
-        .nodes
-        .iter()
-        .any(|n| n.labels.get(&label).map(String::as_str) == Some("true"));
-    let runtime_class = if conflict.is_some() || !served {
+    // Applied before any node serves the handler: its nodeSelector keeps pods on the nodes
+    // that do, and a pod of the class waits Pending, where an autoscaler sees it, rather
+    // than being refused at admission for want of a RuntimeClass.
+    let runtime_class = if conflict.is_some() {
         ClassAction::Keep
     } else {
         let desired = runtime_class(f.shim);
@@ -229,13 +227,11 @@ mod tests {
     }
 
     #[test]
-    fn a_new_shim_gets_its_finalizer_and_its_class_once_a_node_serves_it() {
+    fn a_new_shim_gets_its_finalizer_and_its_class_before_any_node_serves_it() {
         let s = shim("");
         let a = plan(&s, &[node(false, false)], None, None);
         assert!(a.add_finalizer);
-        assert_eq!(a.runtime_class, ClassAction::Keep, "no node serves it yet");
         assert!(matches!(a.status, StatusAction::Write(_)));
-        let a = plan(&s, &[node(true, false)], None, None);
         let ClassAction::Apply(rc) = a.runtime_class else {
             panic!("{a:?}")
         };
