@@ -235,7 +235,10 @@ async fn a_node_identity_may_touch_only_its_own_node_and_the_coordinator_only_th
         ),
         ("patch shims.containerd.x-k8s.io", coord_sa, "yes"),
         ("create runtimeclasses.node.k8s.io", coord_sa, "yes"),
-        ("patch nodes", coord_sa, "no"),
+        // startup taints (the node-taints policy holds it to their removal), not the status
+        ("patch nodes", coord_sa, "yes"),
+        ("patch nodes --subresource=status", coord_sa, "no"),
+        ("delete nodes", coord_sa, "no"),
         ("get secrets -n default", coord_sa, "no"),
     ] {
         let mut args = vec!["auth", "can-i"];
