@@ -144,7 +144,7 @@ pub async fn client(source: &Source) -> anyhow::Result<Client> {
         }
         Source::InCluster => Config::incluster().context("in-cluster configuration")?,
     };
-    Client::try_from(config).context("cannot build the Kubernetes client")
+    super::transport::client(config).context("cannot build the Kubernetes client")
 }
 
 /// The node's name in Kubernetes: `node.name`, else the host name (lower-cased, as the

@@ -24,6 +24,7 @@ pub mod readiness;
 pub mod session;
 pub mod slots;
 pub mod target;
+pub mod transport;
 pub mod watch;
 
 pub use names::{

@@ -19,4 +19,5 @@ mod lifecycle;
 mod restart_timing;
 mod retain;
 mod service;
+mod transport;
 mod txn;
