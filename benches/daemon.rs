@@ -163,15 +163,19 @@ async fn bench() {
     let rss_before = proc_self("VmRSS:");
 
     // the leader starts first and keeps the coordinator lease
+    // each node's coordinator with the coordinator identity (a node's own may not do its
+    // writes, docs/design.md §7), its requests counted with the node's
+    let coord_client_a = counting_client(&env.coordinator_identity(), ca.clone()).await;
+    let coord_client_b = counting_client(&env.coordinator_identity(), cb.clone()).await;
     let coord_a = tokio::spawn(coordinator::run(
-        client_a.clone(),
+        coord_client_a,
         names[0].into(),
         CoordinatorConfig::default(),
         stop.clone(),
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let coord_b = tokio::spawn(coordinator::run(
-        client_b.clone(),
+        coord_client_b,
         names[1].into(),
         CoordinatorConfig::default(),
         stop.clone(),
