@@ -86,7 +86,9 @@ pub struct Readiness {
 }
 
 /// Whether every Shim that targets the node (`wanted`) is installed and verified, from the
-/// node's report (`states`): `Installed` there, and nothing else, counts.
+/// node's report (`states`): `Installed` counts, and so does `Upgrading` (the version before
+/// serves the handler until the new one does, as the node label says), so that a rollout does
+/// not take every node it passes out of scheduling; a failed upgrade does not count.
 pub fn readiness(wanted: &[String], states: &NodeStates) -> Readiness {
     let mut failed = false;
     let pending: Vec<String> = wanted
@@ -95,7 +97,7 @@ pub fn readiness(wanted: &[String], states: &NodeStates) -> Readiness {
             let Some(s) = states.get(name) else {
                 return Some(format!("{name} (Installing)"));
             };
-            if s.phase == NodePhase::Installed {
+            if matches!(s.phase, NodePhase::Installed | NodePhase::Upgrading) {
                 return None;
             }
             failed |= s.phase == NodePhase::Failed;
@@ -218,21 +220,22 @@ mod tests {
         let mut states = NodeStates::new();
         states.insert("a".into(), state(NodePhase::Installed, None));
         states.insert("b".into(), state(NodePhase::Upgrading, None));
-        let r = readiness(&names(&["a"]), &states);
-        assert!(r.ready);
+        states.insert("d".into(), state(NodePhase::PendingVerification, None));
+        let r = readiness(&names(&["a", "b"]), &states);
+        assert!(r.ready, "an upgrade under way serves the version before");
         assert_eq!(r.reason, "ShimsInstalled");
-        assert_eq!(r.message, "installed and verified: a");
-        let r = readiness(&names(&["a", "b", "c"]), &states);
+        assert_eq!(r.message, "installed and verified: a, b");
+        let r = readiness(&names(&["a", "b", "c", "d"]), &states);
         assert!(!r.ready);
         assert_eq!(r.reason, "ShimsPending");
-        assert_eq!(r.message, "not ready: b (Upgrading), c (Installing)");
+        assert_eq!(
+            r.message,
+            "not ready: c (Installing), d (PendingVerification)"
+        );
         states.insert("c".into(), state(NodePhase::Failed, Some("DigestMismatch")));
         let r = readiness(&names(&["a", "b", "c"]), &states);
         assert_eq!(r.reason, "ShimsFailed");
-        assert_eq!(
-            r.message,
-            "not ready: b (Upgrading), c (Failed: DigestMismatch)"
-        );
+        assert_eq!(r.message, "not ready: c (Failed: DigestMismatch)");
         let none = readiness(&[], &states);
         assert!(none.ready);
         assert_eq!(none.message, "no Shim targets this node");

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use shim_agent::cluster::STATE_ANNOTATION;
 use shim_agent::cluster::readiness::{SHIMS_READY, STARTUP_TAINT_ANNOTATION, StartupTaint};
 
 use crate::support::agent_rig::{Rig, with_agent_config};
@@ -18,8 +19,9 @@ use crate::support::shim_builder::ShimBuilder;
 
 const TAINT: &str = "containerd.x-k8s.io/shims-pending";
 
-/// The ShimsReady condition: (status, reason, message, lastHeartbeatTime).
-fn condition(n: &KubeNode) -> Option<(String, String, String, String)> {
+/// The ShimsReady condition: (status, reason, message, lastHeartbeatTime,
+/// lastTransitionTime).
+fn condition(n: &KubeNode) -> Option<(String, String, String, String, String)> {
     let c = n
         .status
         .as_ref()?
@@ -33,6 +35,9 @@ fn condition(n: &KubeNode) -> Option<(String, String, String, String)> {
         c.reason.unwrap_or_default(),
         c.message.unwrap_or_default(),
         c.last_heartbeat_time
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        c.last_transition_time
             .map(|t| t.0.to_string())
             .unwrap_or_default(),
     ))
@@ -96,7 +101,7 @@ async fn the_condition_follows_the_shims_and_the_startup_taint_comes_off_once_it
                 .yaml(),
         );
         assert!(ok, "{out}");
-        let (_, reason, message, _) = eventually(60, "ShimsReady False naming the failed Shim", || async {
+        let (_, reason, message, _, _) = eventually(60, "ShimsReady False naming the failed Shim", || async {
             let c = condition(&rig.node().await)?;
             (c.0 == "False" && c.1 == "ShimsFailed" && c.2.contains(&format!("{bad} (Failed"))
                 && !c.2.contains(good))
@@ -132,7 +137,7 @@ async fn the_condition_follows_the_shims_and_the_startup_taint_comes_off_once_it
 
         // the failed Shim goes: ready, and the coordinator takes the startup taint off
         rig.force_delete(bad).await;
-        let (_, reason, message, beat) = eventually(60, "ShimsReady True", || async {
+        let (_, reason, message, beat, since) = eventually(60, "ShimsReady True", || async {
             condition(&rig.node().await).filter(|c| c.0 == "True")
         })
         .await;
@@ -159,6 +164,34 @@ async fn the_condition_follows_the_shims_and_the_startup_taint_comes_off_once_it
         let n = rig.node().await;
         assert_eq!(condition(&n).unwrap().3, beat, "the condition was written again unchanged");
         assert_eq!(taint_keys(&n), ["other"], "the startup taint came back");
+
+        // an upgrade: the version before serves meanwhile, so the node stays ready throughout
+        // (a False between would have moved lastTransitionTime)
+        let digest = |n: &KubeNode| {
+            n.annotations()
+                .get(STATE_ANNOTATION)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let before = digest(&rig.node().await);
+        let (ok, out) = rig.env.apply(
+            &shim_builder(&rig.w, good, "2")
+                .node_selector("test", "krd-taint")
+                .yaml(),
+        );
+        assert!(ok, "{out}");
+        eventually(60, "the upgrade installed", || async {
+            let now = digest(&rig.node().await);
+            (now != before && now.contains("\"phase\":\"Installed\"")).then_some(())
+        })
+        .await;
+        let c = condition(&rig.node().await).unwrap();
+        assert_eq!(
+            (c.0.as_str(), c.4.as_str()),
+            ("True", since.as_str()),
+            "not ready during the upgrade"
+        );
+        assert_eq!(*f.restarts.borrow(), 2, "the install and the upgrade");
     })
     .await;
     rig.force_delete(good).await;
