@@ -304,12 +304,18 @@ fn status_counts_nodes_and_sets_conditions_with_reasons() {
             &[("wasm", "true")],
             &[("spin", NodePhase::Failed, Some(0))],
         ),
+        // labelled in advance by a node provisioner, still installing: no install yet
+        view(
+            "f",
+            &[("wasm", "true"), ("containerd.x-k8s.io/spin", "true")],
+            &[("spin", NodePhase::Installing, Some(1))],
+        ),
     ];
     let st = compute_status(&s, &nodes, None, None, &now);
     let c = st.nodes.clone().unwrap();
     assert_eq!(
         (c.targeted, c.installed, c.updating, c.failed),
-        (4, 1, 1, 1)
+        (5, 1, 2, 1)
     );
     let cond = |t: &str| {
         st.conditions

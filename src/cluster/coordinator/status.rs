@@ -2,7 +2,8 @@
 //! `shim-state` annotations. Only the coordinator writes it (docs/design.md §6).
 //!
 //! - `targeted`: nodes the Shim selects; `installed`: targeted nodes with the label (they
-//!   serve the handler); `updating`: nodes with an install, upgrade, verification or
+//!   serve the handler) whose report does not say installing, awaiting verification or
+//!   failed (a label set in advance under the startup taint); `updating`: nodes with an install, upgrade, verification or
 //!   uninstall under way; `failed`: nodes whose last attempt at the current generation failed.
 //! - `Ready`: every targeted node serves the handler and the RuntimeClass is the Shim's.
 //! - `Progressing`: some node still has work to do. `Degraded`: some node failed.
@@ -86,7 +87,16 @@ fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
     for n in nodes {
         if targets(shim, &n.labels) {
             t.counts.targeted += 1;
-            if n.labels.get(&label).map(String::as_str) == Some("true") {
+            // the label, unless the node's own report says it does not serve the handler yet:
+            // a label a node provisioner set in advance (kept under the startup taint) is no
+            // install
+            let reported = n.states.get(name).is_none_or(|s| {
+                !matches!(
+                    s.phase,
+                    NodePhase::Installing | NodePhase::PendingVerification | NodePhase::Failed
+                )
+            });
+            if n.labels.get(&label).map(String::as_str) == Some("true") && reported {
                 t.counts.installed += 1;
             }
         }
