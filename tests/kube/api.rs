@@ -36,12 +36,7 @@ fn with(from: &str, to: &str) -> String {
 #[test]
 fn the_server_refuses_each_bad_shim_with_the_rule_message() {
     let Some(env) = kube_env() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let dry = |yaml: &str| {
-        let path = dir.path().join("shim.yaml");
-        std::fs::write(&path, yaml).unwrap();
-        env.kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()])
-    };
+    let dry = |yaml: &str| env.apply_dry_run(yaml);
     let (ok, out) = dry(GOOD);
     assert!(ok, "the good Shim is refused: {out}");
     let cases = [

@@ -23,12 +23,7 @@ use crate::support::runtime_classes::{BAD, FULL, shim_yaml};
 #[test]
 fn the_server_refuses_each_bad_class_with_the_rule_message() {
     let Some(env) = kube_env() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let dry = |yaml: &str| {
-        let path = dir.path().join("shim.yaml");
-        std::fs::write(&path, yaml).unwrap();
-        env.kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()])
-    };
+    let dry = |yaml: &str| env.apply_dry_run(yaml);
     let (ok, out) = dry(&shim_yaml("rc-full", FULL));
     assert!(ok, "the full class is refused: {out}");
     for (name, runtime_class, message) in BAD {

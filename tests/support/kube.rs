@@ -140,6 +140,15 @@ impl KubeEnv {
         self.apply_as(&self.admin.clone(), yaml)
     }
 
+    /// `kubectl apply --dry-run=server` of `yaml` as the admin: what the API server (its
+    /// schema, CEL rules and admission) says of it, nothing stored.
+    pub fn apply_dry_run(&self, yaml: &str) -> (bool, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("objects.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        self.kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()])
+    }
+
     /// A kubelet's identity for Node `node` (user system:node:<node>, group system:nodes).
     pub fn node_identity(&self, node: &str) -> PathBuf {
         self.identity(&format!("system:node:{node}"), &["system:nodes"])
