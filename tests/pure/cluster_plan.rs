@@ -8,11 +8,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use shim_agent::api::Shim;
 use shim_agent::cluster::coordinator::status::{NodeView, compute_status};
 use shim_agent::cluster::nodestate::{
-    FailureNote, NodePhase, NodeStates, ShimNodeState, node_patch, states_wanted,
+    FailureNote, NodePhase, NodeStates, RetainedNote, ShimNodeState, node_patch, parse_states,
+    states_wanted,
 };
 use shim_agent::cluster::target::{Inputs, PodUse, labels_wanted, plan_node, targets};
 use shim_agent::retry::backoff;
-use shim_agent::state::{InstalledShim, NodeState, Origin, ShimState};
+use shim_agent::state::{
+    InstalledShim, NodeState, Origin, RETAINED_TASKS_LISTED, RetainedVersion, ShimState,
+};
 use shim_agent::txn::Change;
 
 use crate::support::shim_builder::ShimBuilder;
@@ -251,6 +254,102 @@ fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds
     assert_eq!(st["bad"].since, "now");
     assert_eq!(st["good"].phase, NodePhase::Installed);
     assert_eq!(st["good"].since, "earlier");
+}
+
+fn retained(name: &str, digest: &str, tasks: Vec<String>, task_count: usize) -> RetainedVersion {
+    RetainedVersion {
+        name: name.into(),
+        digest: digest.into(),
+        dir: format!("/opt/shim-agent/shims/{name}/{digest}"),
+        since: 1,
+        tasks,
+        task_count,
+    }
+}
+
+#[test]
+fn the_annotation_names_each_retained_version_with_its_tasks_and_an_uninstalled_shim_kept_for_them_is_retained()
+ {
+    let node = labels(&[]);
+    let cluster = vec![shim("upgraded", &[])];
+    let mut state = NodeState::default();
+    let mut now_on_v2 = record("upgraded", Origin::Cluster, ShimState::Installed);
+    now_on_v2.spec_hash = cluster[0].spec_hash();
+    state.shims.insert("upgraded".into(), now_on_v2);
+    // the replaced version of an installed Shim: more tasks than are named
+    let many: Vec<String> = (0..RETAINED_TASKS_LISTED)
+        .map(|i| format!("k8s.io/pod-{i}"))
+        .collect();
+    let v1 = "1".repeat(64);
+    state
+        .retained
+        .push(retained("upgraded", &v1, many.clone(), 40));
+    // the version of a Shim uninstalled while a task runs through it
+    let gone = "9".repeat(64);
+    state
+        .retained
+        .push(retained("removed", &gone, vec!["default/batch".into()], 1));
+    let inputs = Inputs {
+        node_labels: &node,
+        cluster: &cluster,
+        statics: &[],
+        statics_ok: true,
+        state: &state,
+        pods: &[],
+        held: &BTreeSet::new(),
+    };
+    let plan = plan_node(&inputs);
+    let st = states_wanted(&inputs, &plan, &BTreeMap::new(), &NodeStates::new(), "now");
+
+    assert_eq!(st["upgraded"].phase, NodePhase::Installed);
+    assert_eq!(
+        st["upgraded"].retained,
+        vec![RetainedNote {
+            digest: v1.clone(),
+            tasks: many.clone(),
+            task_count: 40,
+        }]
+    );
+    assert_eq!(st["removed"].phase, NodePhase::Retained);
+    assert_eq!(st["removed"].reason.as_deref(), Some("TasksRunThroughIt"));
+    assert_eq!(st["removed"].since, "now");
+    assert_eq!(
+        st["removed"].retained,
+        vec![RetainedNote {
+            digest: gone.clone(),
+            tasks: vec!["default/batch".into()],
+            task_count: 1,
+        }]
+    );
+
+    // on the wire: the annotation of the Node patch, camelCase, read back whole
+    let patch = node_patch(&node, &NodeStates::new(), false, &BTreeSet::new(), &st).unwrap();
+    let text = patch["metadata"]["annotations"]["containerd.x-k8s.io/shim-state"]
+        .as_str()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(json["removed"]["phase"], "Retained");
+    assert_eq!(
+        json["removed"]["retained"],
+        serde_json::json!([{"digest": gone, "tasks": ["default/batch"], "taskCount": 1}])
+    );
+    assert_eq!(json["upgraded"]["retained"][0]["taskCount"], 40);
+    assert_eq!(
+        json["upgraded"]["retained"][0]["tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        RETAINED_TASKS_LISTED
+    );
+    let annotations = BTreeMap::from([(
+        "containerd.x-k8s.io/shim-state".to_string(),
+        text.to_string(),
+    )]);
+    assert_eq!(parse_states(Some(&annotations)), st);
+
+    // a later report keeps the Retained entry's since while it stays Retained
+    let later = states_wanted(&inputs, &plan, &BTreeMap::new(), &st, "later");
+    assert_eq!(later["removed"].since, "now");
 }
 
 fn view(name: &str, lbl: &[(&str, &str)], states: &[(&str, NodePhase, Option<i64>)]) -> NodeView {
