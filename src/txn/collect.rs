@@ -126,3 +126,145 @@ fn publish(state: &NodeState) {
 fn read_names(dir: &Path) -> Vec<String> {
     crate::fsutil::subdir_names(dir).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::artifact::node_platform;
+    use crate::hostroot::HostRoot;
+    use crate::node::tasks::{SHIM_PATH_FILE, TASK_DIR};
+    use crate::settings::Settings;
+    use crate::state::Origin;
+    use crate::txn::ports::{DeferredVerification, NoRestart};
+
+    /// The retained-version gauges are one per process: the tests that publish them take
+    /// turns, so one's collection does not clear another's values before it reads them.
+    static GAUGES: Mutex<()> = Mutex::new(());
+
+    struct World {
+        _tmp: tempfile::TempDir,
+        root: HostRoot,
+        settings: Settings,
+    }
+
+    fn world() -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        World {
+            root: HostRoot::new(tmp.path()).unwrap(),
+            settings: Settings::default(),
+            _tmp: tmp,
+        }
+    }
+
+    fn node(w: &World) -> Node<'_, NoRestart, DeferredVerification> {
+        Node {
+            root: &w.root,
+            settings: &w.settings,
+            profile: crate::profile::builtin("containerd"),
+            platform: node_platform(),
+            origin: Origin::Cluster,
+            restarter: NoRestart,
+            health: DeferredVerification,
+        }
+    }
+
+    /// A version of `name` on disk, recorded as retained (no tasks known yet).
+    fn retained_on_disk(w: &World, name: &str, digest: &str) -> RetainedVersion {
+        let dir = artifact::version_dir(name, digest).display().to_string();
+        let local = w.root.resolve(&dir).unwrap();
+        std::fs::create_dir_all(&local).unwrap();
+        std::fs::write(local.join(format!("containerd-shim-{name}-v2")), b"shim").unwrap();
+        RetainedVersion {
+            name: name.into(),
+            digest: digest.into(),
+            dir,
+            since: 1,
+            tasks: vec![],
+            task_count: 0,
+        }
+    }
+
+    /// A task bundle as containerd records it, started through `v`'s binary.
+    fn task_on(w: &World, v: &RetainedVersion, id: &str) {
+        let bundle = w
+            .root
+            .resolve(
+                Path::new("/run/containerd")
+                    .join(TASK_DIR)
+                    .join("k8s.io")
+                    .join(id),
+            )
+            .unwrap();
+        std::fs::create_dir_all(&bundle).unwrap();
+        let bin = format!("{}/containerd-shim-{}-v2", v.dir, v.name);
+        std::fs::write(bundle.join(SHIM_PATH_FILE), bin).unwrap();
+    }
+
+    fn on_disk(w: &World, v: &RetainedVersion) -> bool {
+        w.root.resolve(&v.dir).unwrap().exists()
+    }
+
+    /// The line of `metric` for Shim `shim` in the metrics endpoint's text.
+    fn gauge(metric: &str, shim: &str) -> Option<String> {
+        let prefix = format!("shim_agent_{metric}{{shim=\"{shim}\"}} ");
+        crate::telemetry::metrics()
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+    }
+
+    #[test]
+    fn a_collection_publishes_each_shims_retained_versions_and_their_tasks_as_metrics() {
+        let _turn = GAUGES.lock().unwrap_or_else(|e| e.into_inner());
+        let w = world();
+        let n = node(&w);
+        let (store, mut state) = n.open_unrecovered().unwrap();
+        let a1 = retained_on_disk(&w, "metrics-a", &"1".repeat(64));
+        let a2 = retained_on_disk(&w, "metrics-a", &"2".repeat(64));
+        let b1 = retained_on_disk(&w, "metrics-b", &"3".repeat(64));
+        let idle = retained_on_disk(&w, "metrics-idle", &"4".repeat(64));
+        for i in 0..20 {
+            task_on(&w, &a1, &format!("a1-{i}"));
+        }
+        task_on(&w, &a2, "a2-0");
+        task_on(&w, &a2, "a2-1");
+        task_on(&w, &b1, "b1-0");
+        state.retained = vec![a1.clone(), a2, b1, idle.clone()];
+
+        n.collect_retained(&store, &mut state).unwrap();
+
+        // the version no task uses went; the others are kept with their tasks, 16 named
+        assert!(!on_disk(&w, &idle));
+        assert_eq!(state.retained.len(), 3, "{:?}", state.retained);
+        let kept_a1 = state
+            .retained
+            .iter()
+            .find(|r| r.digest == a1.digest)
+            .unwrap();
+        assert_eq!(kept_a1.task_count, 20);
+        assert_eq!(kept_a1.tasks.len(), crate::state::RETAINED_TASKS_LISTED);
+        assert_eq!(store.load().unwrap().state.retained, state.retained);
+
+        // what the metrics endpoint serves: versions and tasks by Shim
+        assert_eq!(
+            gauge("retained_versions", "metrics-a").as_deref(),
+            Some("2")
+        );
+        assert_eq!(gauge("retained_tasks", "metrics-a").as_deref(), Some("22"));
+        assert_eq!(
+            gauge("retained_versions", "metrics-b").as_deref(),
+            Some("1")
+        );
+        assert_eq!(gauge("retained_tasks", "metrics-b").as_deref(), Some("1"));
+        assert_eq!(gauge("retained_versions", "metrics-idle"), None);
+
+        // the tasks exit: the next collection removes the versions and the gauges
+        std::fs::remove_dir_all(w.root.resolve("/run/containerd").unwrap()).unwrap();
+        n.collect_retained(&store, &mut state).unwrap();
+        assert!(state.retained.is_empty(), "{:?}", state.retained);
+        assert_eq!(gauge("retained_versions", "metrics-a"), None);
+        assert_eq!(gauge("retained_tasks", "metrics-b"), None);
+    }
+}
