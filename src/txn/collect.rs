@@ -136,7 +136,7 @@ mod tests {
     use crate::hostroot::HostRoot;
     use crate::node::tasks::{SHIM_PATH_FILE, TASK_DIR};
     use crate::settings::Settings;
-    use crate::state::Origin;
+    use crate::state::{Journal, Origin, TxnKind};
     use crate::txn::ports::{DeferredVerification, NoRestart};
 
     /// The retained-version gauges are one per process: the tests that publish them take
@@ -266,5 +266,34 @@ mod tests {
         assert!(state.retained.is_empty(), "{:?}", state.retained);
         assert_eq!(gauge("retained_versions", "metrics-a"), None);
         assert_eq!(gauge("retained_tasks", "metrics-b"), None);
+    }
+
+    #[test]
+    fn nothing_is_collected_while_a_transaction_is_open_and_it_is_once_the_journal_closes() {
+        let _turn = GAUGES.lock().unwrap_or_else(|e| e.into_inner());
+        let w = world();
+        let n = node(&w);
+        let (store, mut state) = n.open_unrecovered().unwrap();
+        // a version whose tasks are all gone
+        let v1 = retained_on_disk(&w, "risky", &"5".repeat(64));
+        state.retained = vec![v1.clone()];
+        state.journal = Some(Journal::planned(
+            "t1".into(),
+            TxnKind::Upgrade,
+            vec!["risky".into()],
+        ));
+        store.save(&state).unwrap();
+
+        n.collect_retained(&store, &mut state).unwrap();
+        assert_eq!(state.retained, vec![v1.clone()], "kept in the risky window");
+        assert!(on_disk(&w, &v1), "its files stay in the risky window");
+        assert_eq!(store.load().unwrap().state.retained, vec![v1.clone()]);
+
+        state.journal = None;
+        store.save(&state).unwrap();
+        n.collect_retained(&store, &mut state).unwrap();
+        assert!(state.retained.is_empty(), "{:?}", state.retained);
+        assert!(!on_disk(&w, &v1), "its files go once the journal is closed");
+        assert!(store.load().unwrap().state.retained.is_empty());
     }
 }
