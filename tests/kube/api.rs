@@ -9,6 +9,7 @@ use shim_agent::api::Shim;
 
 use crate::support;
 use crate::support::kube::{SERIAL, kube_env};
+use crate::support::option_paths;
 
 const GOOD: &str = r#"apiVersion: containerd.x-k8s.io/v1alpha1
 kind: Shim
@@ -93,6 +94,22 @@ fn the_server_refuses_each_bad_shim_with_the_rule_message() {
         let (ok, out) = dry(&yaml);
         assert!(!ok, "accepted:\n{yaml}");
         assert!(out.contains(message), "expected {message:?} in:\n{out}");
+    }
+}
+
+/// The same cases as tests/pure/api.rs gives the node's client-side check.
+#[test]
+fn the_server_refuses_each_bad_runtime_binary_or_option_path_with_the_rule_message() {
+    let Some(env) = kube_env() else { return };
+    let (ok, out) = env.apply_dry_run(&option_paths::shim_yaml("op-good", option_paths::GOOD));
+    assert!(ok, "the good runtime settings are refused: {out}");
+    for (name, runtime, message) in option_paths::bad() {
+        let (ok, out) = env.apply_dry_run(&option_paths::shim_yaml(name, &runtime));
+        assert!(!ok, "accepted {name}: {runtime}");
+        assert!(
+            out.contains(message),
+            "{name}: expected {message:?} in:\n{out}"
+        );
     }
 }
 

@@ -4,6 +4,8 @@
 use shim_agent::api::load::parse_shims;
 use shim_agent::api::manifests::{crd_yaml, manifests_yaml};
 
+use crate::support::option_paths;
+
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 fn committed(rel: &str) -> String {
@@ -426,7 +428,7 @@ fn a_document_that_is_not_a_shim_is_rejected() {
 }
 
 #[test]
-fn option_paths_name_relative_files_and_bad_ones_are_rejected() {
+fn a_binary_and_option_paths_that_name_relative_files_inside_the_artifact_parse() {
     let runtime = |body: &str| {
         with(
             "  rolloutStrategy:",
@@ -439,33 +441,23 @@ fn option_paths_name_relative_files_and_bad_ones_are_rejected() {
     let shims = parse_shims(&good, "shim.yaml").unwrap();
     let paths = shims[0].spec.runtime.as_ref().unwrap().option_paths.clone();
     assert_eq!(paths.unwrap()["BinaryName"], "runsc");
-    for (bad, why) in [
-        (
-            "    optionPaths: {ConfigPath: /etc/runsc.toml}\n",
-            "runtime.optionPaths values must be relative paths inside the artifact",
-        ),
-        (
-            "    optionPaths: {ConfigPath: ../runsc.toml}\n",
-            "runtime.optionPaths values must be relative paths inside the artifact",
-        ),
-        (
-            "    optionPaths: {ConfigPath: a/../../b}\n",
-            "runtime.optionPaths values must be relative paths inside the artifact",
-        ),
-        (
-            "    optionPaths: {\"bad key\": runsc}\n",
-            "runtime.optionPaths keys must be option names",
-        ),
-        (
-            "    binary: /usr/bin/containerd-shim-runc-v2\n",
-            "runtime.binary must be a file name or a relative path inside the artifact",
-        ),
-        (
-            "    binary: ../containerd-shim-runc-v2\n",
-            "runtime.binary must be a file name or a relative path inside the artifact",
-        ),
-    ] {
-        let e = rejected(&runtime(bad));
-        assert!(e.contains(why), "{bad}: {e}");
+    let edges = parse_shims(
+        &option_paths::shim_yaml("op-good", option_paths::GOOD),
+        "x.yaml",
+    )
+    .unwrap_or_else(|e| panic!("the good runtime settings are refused: {e}"));
+    let paths = edges[0].spec.runtime.as_ref().unwrap().option_paths.clone();
+    assert_eq!(paths.unwrap()["_Extra-1"], "a..b/c..");
+}
+
+/// The same cases as tests/kube/api.rs gives the real API server.
+#[test]
+fn each_bad_runtime_binary_or_option_path_is_refused_with_its_rule_message() {
+    for (name, runtime, message) in option_paths::bad() {
+        let e = match parse_shims(&option_paths::shim_yaml(name, &runtime), "shim.yaml") {
+            Ok(_) => panic!("accepted {name}: {runtime}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(message), "{name}: expected {message:?} in:\n{e}");
     }
 }

@@ -21,6 +21,7 @@ pub mod image_root;
 pub mod kube;
 pub mod live;
 pub mod node_env;
+pub mod option_paths;
 pub mod runtime_classes;
 pub mod shim_builder;
 pub mod tls;
