@@ -4,12 +4,17 @@
 //!
 //! - `shim-agent-shim-writes`: agents (the coordinator, in practice) add and remove only the
 //!   cleanup finalizer of a Shim; spec, labels and annotations stay the operator's.
-//! - `shim-agent-slot-writes`: a node agent writes only rollout slots, takes a free slot only
-//!   for itself, frees only its own, touches only its own Node among a slot's owners, and
-//!   leaves another holder's renewals and failure mark alone.
+//! - `shim-agent-slot-writes`: a node agent writes only rollout slots, takes a free open slot
+//!   only for itself, frees only its own, touches only its own Node among a slot's owners,
+//!   leaves another holder's renewals and failure mark alone, and changes nothing of a slot
+//!   that is the coordinator's (its Shim, close mark, N, other owners).
 //! - `shim-agent-node-writes`: a dedicated node identity (not the kubelet's, which
 //!   NodeRestriction confines) writes only its own Node, and there only the Shim labels and
-//!   the state annotation.
+//!   the state and startup-taint annotations.
+//! - `shim-agent-node-status`: a dedicated node identity writes, of its own Node's status, only
+//!   the ShimsReady condition, and no metadata through the status.
+//! - `shim-agent-node-taints`: the coordinator removes only the startup taint a ready Node
+//!   names; nothing else of a Node, its metadata included, changes.
 //! - `shim-agent-runtimeclass-writes`: node agents write no RuntimeClass; the coordinator
 //!   writes only RuntimeClasses a Shim owns (an administrator's are never touched).
 //! - `shim-agent-runtimeclass-shims` (evaluated once per Shim): a RuntimeClass the coordinator
@@ -17,7 +22,7 @@
 //!   RuntimeClass a Shim names can belong to no other owner.
 
 use super::lease::NAMESPACE;
-use super::lease::{SLOT_FAILED, SLOT_SHIM_LABEL};
+use super::lease::{SLOT_CLOSED, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL};
 use super::rbac::{
     AGENT_GROUP, AGENT_USER_PREFIX, COORDINATOR_GROUP, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT,
 };
@@ -150,6 +155,10 @@ pub fn slot_writes() -> serde_json::Value {
                 {"name": "now", "expression": "request.operation == 'DELETE' ? '' : object.spec.?holderIdentity.orValue('')"},
                 {"name": "oldOwners", "expression": "request.operation == 'CREATE' ? [] : oldObject.metadata.?ownerReferences.orValue([]).filter(r, r.kind == 'Node').map(r, r.name)"},
                 {"name": "newOwners", "expression": "request.operation == 'DELETE' ? [] : object.metadata.?ownerReferences.orValue([]).filter(r, r.kind == 'Node').map(r, r.name)"},
+                {"name": "oldL", "expression": "request.operation == 'CREATE' ? {} : oldObject.metadata.?labels.orValue({})"},
+                {"name": "newL", "expression": "request.operation == 'DELETE' ? {} : object.metadata.?labels.orValue({})"},
+                {"name": "oldA", "expression": "request.operation == 'CREATE' ? {} : oldObject.metadata.?annotations.orValue({})"},
+                {"name": "newA", "expression": "request.operation == 'DELETE' ? {} : object.metadata.?annotations.orValue({})"},
             ],
             "validations": [
                 {
@@ -172,9 +181,55 @@ pub fn slot_writes() -> serde_json::Value {
                     "expression": format!("request.operation != 'UPDATE' || variables.was == '' || variables.was == variables.me || variables.was != variables.now || (object.spec == oldObject.spec && object.metadata.?annotations[?'{SLOT_FAILED}'].orValue('') == oldObject.metadata.?annotations[?'{SLOT_FAILED}'].orValue(''))"),
                     "messageExpression": "'node ' + variables.me + ' may not renew or mark the slot of ' + variables.was",
                 },
+                {
+                    "expression": format!("request.operation != 'UPDATE' || ({} && {} && {} && {})", same_except("variables.oldL", "variables.newL", &[SLOT_HOLDER_LABEL]), same_except("variables.oldA", "variables.newA", &[SLOT_FAILED, SLOT_FREED]), same_list("ownerReferences.filter(r, r.kind != 'Node')"), same_list("finalizers")),
+                    "messageExpression": format!("'node ' + variables.me + ' may change, of a slot, only its holder, the times, the {SLOT_HOLDER_LABEL} label, the {SLOT_FAILED} mark and its own Node as an owner: the Shim it belongs to, its close mark, N and its other owners are the coordinator\\'s'"),
+                },
+                {
+                    "expression": format!("request.operation != 'UPDATE' || (variables.now == '' ? !('{SLOT_HOLDER_LABEL}' in variables.newL) : variables.newL[?'{SLOT_HOLDER_LABEL}'].orValue('') == variables.now) && (!('{SLOT_FREED}' in variables.newA) || ('{SLOT_FREED}' in variables.oldA && variables.oldA['{SLOT_FREED}'] == variables.newA['{SLOT_FREED}']))"),
+                    "messageExpression": format!("'node ' + variables.me + ' must label a slot with its holder ({SLOT_HOLDER_LABEL}), and may remove but not write {SLOT_FREED}'"),
+                },
+                {
+                    "expression": format!("!(variables.was == '' && variables.now != '') || !('{SLOT_CLOSED}' in variables.oldA)"),
+                    "messageExpression": format!("'node ' + variables.me + ' may not take a closed slot ({SLOT_CLOSED}: ' + variables.oldA[?'{SLOT_CLOSED}'].orValue('') + ')'"),
+                },
             ],
         },
     })
+}
+
+/// CEL: maps `old` and `new` agree on every key but `except`.
+fn same_except(old: &str, new: &str, except: &[&str]) -> String {
+    let keys = except
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{new}.all(k, k in [{keys}] || (k in {old} && {old}[k] == {new}[k])) && {old}.all(k, k in [{keys}] || k in {new})"
+    )
+}
+
+/// CEL: the metadata list `field` (with an optional `.filter(…)`) is the same in the update.
+fn same_list(field: &str) -> String {
+    let (name, rest) = field.split_once('.').unwrap_or((field, ""));
+    let rest = if rest.is_empty() {
+        String::new()
+    } else {
+        format!(".{rest}")
+    };
+    format!(
+        "object.metadata.?{name}.orValue([]){rest} == oldObject.metadata.?{name}.orValue([]){rest}"
+    )
+}
+
+/// CEL: an update leaves the object's labels, annotations, owners and finalizers as they were.
+fn same_metadata() -> String {
+    format!(
+        "object.metadata.?labels.orValue({{}}) == oldObject.metadata.?labels.orValue({{}}) && object.metadata.?annotations.orValue({{}}) == oldObject.metadata.?annotations.orValue({{}}) && {} && {}",
+        same_list("ownerReferences"),
+        same_list("finalizers")
+    )
 }
 
 /// A dedicated node identity writes only its own Node, and there only the Shim labels
@@ -204,6 +259,10 @@ pub fn node_writes() -> serde_json::Value {
                     "expression": format!("request.operation != 'UPDATE' || (object.spec == oldObject.spec && variables.newL.all(k, {ours} || (k in variables.oldL && variables.oldL[k] == variables.newL[k])) && variables.oldL.all(k, {ours} || k in variables.newL) && variables.newA.all(k, k in variables.mine || (k in variables.oldA && variables.oldA[k] == variables.newA[k])) && variables.oldA.all(k, k in variables.mine || k in variables.newA))"),
                     "message": "a shim-agent node identity may change only its Node's containerd.x-k8s.io/ labels and its containerd.x-k8s.io/shim-state and containerd.x-k8s.io/startup-taint annotations",
                 },
+                {
+                    "expression": format!("request.operation != 'UPDATE' || ({} && {})", same_list("ownerReferences"), same_list("finalizers")),
+                    "message": "a shim-agent node identity may not change its Node's owners or finalizers",
+                },
             ],
         },
     })
@@ -231,6 +290,10 @@ pub fn node_status() -> serde_json::Value {
                     "expression": format!("{} == {} && ['capacity', 'allocatable', 'addresses', 'nodeInfo', 'daemonEndpoints', 'phase'].all(f, (f in object.status) == (f in oldObject.status) && (!(f in object.status) || object.status[f] == oldObject.status[f]))", others("object"), others("oldObject")),
                     "message": format!("a shim-agent node identity may change, of its Node's status, only the {SHIMS_READY} condition"),
                 },
+                {
+                    "expression": same_metadata(),
+                    "message": "a shim-agent node identity may not change a Node's labels, annotations, owners or finalizers through its status",
+                },
             ],
         },
     })
@@ -241,9 +304,6 @@ pub fn node_status() -> serde_json::Value {
 /// nothing else of the Node changes.
 pub fn node_taints() -> serde_json::Value {
     let taints = |o: &str| format!("{o}.spec.?taints.orValue([])");
-    let same = |f: &str, empty: &str| {
-        format!("object.spec.?{f}.orValue({empty}) == oldObject.spec.?{f}.orValue({empty})")
-    };
     serde_json::json!({
         "metadata": meta(NODE_TAINTS_POLICY),
         "spec": {
@@ -256,7 +316,7 @@ pub fn node_taints() -> serde_json::Value {
             ],
             "validations": [
                 {
-                    "expression": format!("request.operation == 'UPDATE' && object.metadata.?labels.orValue({{}}) == oldObject.metadata.?labels.orValue({{}}) && object.metadata.?annotations.orValue({{}}) == oldObject.metadata.?annotations.orValue({{}}) && {} && {} && {} && {}", same("unschedulable", "false"), same("podCIDR", "''"), same("podCIDRs", "[]"), same("providerID", "''")),
+                    "expression": format!("request.operation == 'UPDATE' && {} && ['unschedulable', 'podCIDR', 'podCIDRs', 'providerID', 'configSource', 'externalID'].all(f, (f in object.spec) == (f in oldObject.spec) && (!(f in object.spec) || object.spec[f] == oldObject.spec[f]))", same_metadata()),
                     "message": "the shim-agent coordinator may only remove a Node's startup taint: no create, delete, or other change",
                 },
                 {

@@ -9,8 +9,13 @@
 //!   neither Nodes nor slots.
 //! - The coordinator identity writes only RuntimeClasses its Shims own, and only as the Shim
 //!   says: name, handler and node label.
-//! - The audit: what `kubectl auth can-i --list` grants a node identity after the manifests,
-//!   beyond what it had before, is exactly what the design's table lists.
+//! - The real agent and coordinator do all their work as ServiceAccounts (a token bound to the
+//!   Node, the coordinator's): install, label, state and startup-taint annotations, the
+//!   ShimsReady condition, the taint taken off, the slot taken and given back, Events, the
+//!   unlabel and the uninstall. The dedicated certificate is denied what the kubelet is.
+//! - The audit: what `kubectl auth can-i --list` grants a node identity (kubelet, bound
+//!   ServiceAccount) and a coordinator identity (certificate, ServiceAccount) after the
+//!   manifests, beyond what it had before, is exactly what the design's tables list.
 
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -18,7 +23,17 @@ use serde_json::json;
 use shim_agent::api::Shim;
 use shim_agent::api::lease::ShimLease;
 
-use crate::support::kube::{Instance, KubeEnv, SERIAL, client_for, kube_env};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
+use shim_agent::cluster::connect::Source;
+use shim_agent::cluster::readiness::{SHIMS_READY, STARTUP_TAINT_ANNOTATION, StartupTaint};
+use shim_agent::cluster::slots::slot_name;
+use shim_agent::cluster::{NAMESPACE, STATE_ANNOTATION};
+
+use crate::support::agent_rig::{Rig, with_agent_config};
+use crate::support::kube::{Instance, KubeEnv, SERIAL, client_for, eventually, kube_env};
+use crate::support::live::{fake, shim_builder};
 use crate::support::shim_builder::ShimBuilder;
 
 const ADMIN_RC: &str = "kc-sandboxed";
@@ -30,32 +45,6 @@ fn shim_yaml(name: &str) -> String {
         .artifact("https://e.com/a.tgz", &"a".repeat(64))
         .handler(&format!("{name}-handler"))
         .yaml()
-}
-
-/// A client acting with `token` (a ServiceAccount token) against `env`'s API server.
-async fn token_client(env: &KubeEnv, token: &str) -> Client {
-    let mut kc = kube::config::Kubeconfig::read_from(&env.admin).unwrap();
-    for a in &mut kc.auth_infos {
-        a.auth_info = Some(kube::config::AuthInfo {
-            token: Some(token.to_string().into()),
-            ..Default::default()
-        });
-    }
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(cfg).unwrap()
-}
-
-/// A token of the node agents' ServiceAccount, bound to Node `node` (or to nothing).
-fn sa_token(env: &KubeEnv, node: Option<&str>) -> String {
-    let mut args = vec!["create", "token", "shim-agent", "-n", "shim-agent-system"];
-    if let Some(n) = node {
-        args.extend(["--bound-object-kind", "Node", "--bound-object-name", n]);
-    }
-    let (ok, out) = env.kubectl(&args);
-    assert!(ok, "{out}");
-    out.trim().to_string()
 }
 
 fn runtime_class(name: &str, handler: &str, owner: Option<&Shim>) -> serde_json::Value {
@@ -167,7 +156,7 @@ async fn node_identity_is_denied(env: &KubeEnv, who: &str, client: &Client, me: 
             .await
             .map(|_| ())
             .map_err(|e| e.to_string()),
-        "",
+        "forbidden",
     );
     // ShimLeases: no create or delete; the coordinator lease is not its to write
     let leases: Api<ShimLease> = Api::namespaced(client.clone(), "shim-agent-system");
@@ -232,8 +221,10 @@ async fn a_node_credential_can_change_no_runtime_class_and_nothing_of_another_no
     // the kubelet identity
     let kubelet = client_for(&env.node_identity("kc-a")).await;
     node_identity_is_denied(env, "kubelet kc-a", &kubelet, "kc-a").await;
-    // the ServiceAccount variant, bound to Node kc-a
-    let sa = token_client(env, &sa_token(env, Some("kc-a"))).await;
+    // the dedicated certificate, and the ServiceAccount variant, bound to Node kc-a
+    let dedicated = client_for(&env.dedicated_node_identity("kc-a")).await;
+    node_identity_is_denied(env, "dedicated certificate of kc-a", &dedicated, "kc-a").await;
+    let sa = client_for(&env.token_kubeconfig("shim-agent", Some("kc-a"))).await;
     node_identity_is_denied(env, "ServiceAccount bound to kc-a", &sa, "kc-a").await;
     // ... held to its own Node as a kubelet is, and there to the Shim labels
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(sa.clone());
@@ -272,6 +263,27 @@ async fn a_node_credential_can_change_no_runtime_class_and_nothing_of_another_no
         e.contains("only its Node's containerd.x-k8s.io/ labels"),
         "{e}"
     );
+    for (what, meta) in [
+        (
+            "an owner",
+            json!({"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "0"}]}),
+        ),
+        ("a finalizer", json!({"finalizers": ["example.com/keep"]})),
+    ] {
+        let e = nodes
+            .patch(
+                "kc-a",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": meta})),
+            )
+            .await
+            .expect_err(&format!("{what} on its own Node was allowed"))
+            .to_string();
+        assert!(
+            e.contains("may not change its Node's owners or finalizers"),
+            "{what}: {e}"
+        );
+    }
     // ... and there, of the status, to the ShimsReady condition
     let condition = |t: &str| {
         json!({"status": {"conditions": [{"type": t, "status": "True", "reason": "Test", "message": "",
@@ -306,8 +318,41 @@ async fn a_node_credential_can_change_no_runtime_class_and_nothing_of_another_no
         e.contains("only the containerd.x-k8s.io/ShimsReady condition"),
         "{e}"
     );
+    // ... and no label, annotation, owner or finalizer slips in through the status
+    for (what, meta) in [
+        (
+            "a label",
+            json!({"labels": {"node-role.kubernetes.io/control-plane": ""}}),
+        ),
+        (
+            "an annotation",
+            json!({"annotations": {"example.com/x": "y"}}),
+        ),
+        ("a finalizer", json!({"finalizers": ["example.com/keep"]})),
+    ] {
+        let mut patch = condition("containerd.x-k8s.io/ShimsReady");
+        patch["metadata"] = meta;
+        let e = status("kc-a", patch)
+            .await
+            .expect_err(&format!("{what} through the status was allowed"));
+        assert!(
+            e.contains("labels, annotations, owners or finalizers through its status"),
+            "{what}: {e}"
+        );
+    }
+    // the kubelet may write no other Node's status either (NodeRestriction)
+    let e = Api::<k8s_openapi::api::core::v1::Node>::all(kubelet.clone())
+        .patch_status(
+            "kc-b",
+            &PatchParams::default(),
+            &Patch::Strategic(condition("containerd.x-k8s.io/ShimsReady")),
+        )
+        .await
+        .expect_err("the kubelet of kc-a wrote kc-b's status")
+        .to_string();
+    assert!(e.contains("forbidden"), "{e}");
     // a token bound to no node acts for none
-    let unbound = token_client(env, &sa_token(env, None)).await;
+    let unbound = client_for(&env.token_kubeconfig("shim-agent", None)).await;
     let e = Api::<k8s_openapi::api::core::v1::Node>::all(unbound.clone())
         .patch(
             "kc-a",
@@ -318,6 +363,16 @@ async fn a_node_credential_can_change_no_runtime_class_and_nothing_of_another_no
         .unwrap_err()
         .to_string();
     assert!(e.contains("it acts for no node"), "{e}");
+    let e = Api::<k8s_openapi::api::core::v1::Node>::all(unbound.clone())
+        .patch_status(
+            "kc-a",
+            &PatchParams::default(),
+            &Patch::Strategic(condition("containerd.x-k8s.io/ShimsReady")),
+        )
+        .await
+        .expect_err("an unbound token wrote a Node's status")
+        .to_string();
+    assert!(e.contains("only its own Node's status"), "{e}");
 
     // the administrator's RuntimeClass is untouched
     let rc = Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(admin.clone())
@@ -417,13 +472,13 @@ fn granted(out: &str) -> std::collections::BTreeSet<(String, String)> {
     set
 }
 
-/// `(resource, verb)` pairs of the design's table of what a node's credential holds.
-fn documented() -> std::collections::BTreeSet<(String, String)> {
+/// `(resource, verb)` pairs of the design's table under `heading` (§7).
+fn documented(heading: &str) -> std::collections::BTreeSet<(String, String)> {
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/design.md")).unwrap();
     let start = text
-        .find("**What a node's credential holds")
-        .expect("the table in docs/design.md §7");
+        .find(heading)
+        .unwrap_or_else(|| panic!("the table {heading} in docs/design.md §7"));
     let mut set = std::collections::BTreeSet::new();
     for line in text[start..]
         .lines()
@@ -444,6 +499,45 @@ fn documented() -> std::collections::BTreeSet<(String, String)> {
     set
 }
 
+const NODE_TABLE: &str = "**What a node's credential holds";
+const COORDINATOR_TABLE: &str = "**What the coordinator's credential holds";
+
+/// What `kubeconfig` may do, by `kubectl auth can-i --list`, where shim-agent works.
+fn can_i(
+    inst: &Instance,
+    kubeconfig: &std::path::Path,
+) -> std::collections::BTreeSet<(String, String)> {
+    let mut all = std::collections::BTreeSet::new();
+    for ns in ["default", "shim-agent-system"] {
+        let (ok, out) = inst
+            .env
+            .kubectl_as(kubeconfig, &["auth", "can-i", "--list", "-n", ns]);
+        assert!(ok, "{out}");
+        all.extend(granted(&out));
+    }
+    all
+}
+
+/// What `after` grants beyond `before` is all in the design's table under `heading`.
+fn only_listed(
+    who: &str,
+    before: &std::collections::BTreeSet<(String, String)>,
+    after: &std::collections::BTreeSet<(String, String)>,
+    heading: &str,
+) {
+    let added: Vec<&(String, String)> = after.difference(before).collect();
+    assert!(
+        !added.is_empty(),
+        "the manifests grant {who} nothing? {after:?}"
+    );
+    let listed = documented(heading);
+    let unlisted: Vec<_> = added.iter().filter(|p| !listed.contains(p)).collect();
+    assert!(
+        unlisted.is_empty(),
+        "the manifests grant {who} verbs docs/design.md §7 ({heading}) does not list: {unlisted:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_manifests_grant_a_node_identity_is_what_the_design_lists() {
     let _serial = SERIAL.lock().await;
@@ -451,33 +545,149 @@ async fn what_the_manifests_grant_a_node_identity_is_what_the_design_lists() {
         return;
     };
     let node = inst.node_identity("kc-audit-node");
-    let can_i = || {
-        let mut all = std::collections::BTreeSet::new();
-        for ns in ["default", "shim-agent-system"] {
-            let (ok, out) = inst
-                .env
-                .kubectl_as(&node, &["auth", "can-i", "--list", "-n", ns]);
-            assert!(ok, "{out}");
-            all.extend(granted(&out));
-        }
-        all
-    };
-    let before = can_i();
+    let coordinator = inst.coordinator_identity();
+    let (ok, out) = inst
+        .env
+        .kubectl(&["create", "serviceaccount", "kc-baseline", "-n", "default"]);
+    assert!(ok, "{out}");
+    let (ok, out) = inst
+        .env
+        .apply("apiVersion: v1\nkind: Node\nmetadata: {name: kc-audit-node}\n");
+    assert!(ok, "{out}");
+    let (node_before, coordinator_before) = (can_i(&inst, &node), can_i(&inst, &coordinator));
+    // what any ServiceAccount holds, before the manifests made shim-agent's
+    let baseline = inst.env.token_kubeconfig_in("default", "kc-baseline", None);
+    let sa_before = can_i(&inst, &baseline);
     let manifests = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/manifests.yaml");
     let (ok, out) = inst
         .env
         .kubectl(&["apply", "--server-side", "-f", manifests]);
     assert!(ok, "{out}");
-    let after = can_i();
-    let added: Vec<&(String, String)> = after.difference(&before).collect();
-    assert!(
-        !added.is_empty(),
-        "the manifests grant a node nothing? {after:?}"
+    only_listed(
+        "a kubelet identity",
+        &node_before,
+        &can_i(&inst, &node),
+        NODE_TABLE,
     );
-    let listed = documented();
-    let unlisted: Vec<_> = added.iter().filter(|p| !listed.contains(p)).collect();
-    assert!(
-        unlisted.is_empty(),
-        "the manifests grant a node identity verbs docs/design.md §7 does not list: {unlisted:?}"
+    let bound = inst
+        .env
+        .token_kubeconfig("shim-agent", Some("kc-audit-node"));
+    only_listed(
+        "the node agents' ServiceAccount",
+        &sa_before,
+        &can_i(&inst, &bound),
+        NODE_TABLE,
     );
+    only_listed(
+        "a coordinator identity",
+        &coordinator_before,
+        &can_i(&inst, &coordinator),
+        COORDINATOR_TABLE,
+    );
+    let coordinator_sa = inst.env.token_kubeconfig("shim-agent-coordinator", None);
+    only_listed(
+        "the coordinator's ServiceAccount",
+        &sa_before,
+        &can_i(&inst, &coordinator_sa),
+        COORDINATOR_TABLE,
+    );
+}
+
+/// The taint the ServiceAccount test's node starts with.
+const SA_TAINT: &str = "containerd.x-k8s.io/kc-sa-pending";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_and_the_coordinator_do_all_their_work_as_service_accounts() {
+    let _serial = SERIAL.lock().await;
+    let Some(mut rig) = Rig::new("kc-sa").await else {
+        return;
+    };
+    let shim = "kc-sa-spin";
+    rig.force_delete(shim).await;
+    // the node agent with a token bound to its Node; the coordinator as a Deployment runs it
+    rig.kubeconfig = rig.env.token_kubeconfig("shim-agent", Some(&rig.name));
+    let nodes: Api<Node> = Api::all(rig.admin.clone());
+    let taint = json!({"spec": {"taints": [{"key": SA_TAINT, "effect": "NoSchedule"}]}});
+    nodes
+        .patch(&rig.name, &PatchParams::default(), &Patch::Merge(&taint))
+        .await
+        .unwrap();
+    let f = fake(&rig.w);
+    let mut config = rig.config();
+    config.coordinator_source = Some(Source::Kubeconfig(
+        rig.env.token_kubeconfig("shim-agent-coordinator", None),
+    ));
+    config.startup_taint = Some(StartupTaint::parse(&format!("{SA_TAINT}:NoSchedule")).unwrap());
+    with_agent_config(&rig, &f, config, || async {
+        let yaml = shim_builder(&rig.w, shim, "1")
+            .node_selector("test", "kc-sa")
+            .yaml();
+        let (ok, out) = rig.env.apply(&yaml);
+        assert!(ok, "{out}");
+        // installed: the label, the state and startup-taint annotations, the condition; the
+        // coordinator took the taint off; the slot was taken and given back
+        eventually(60, "labelled, ready and the startup taint off", || async {
+            let n = rig.node().await;
+            let ready = n
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == SHIMS_READY && c.status == "True");
+            let tainted = n
+                .spec
+                .as_ref()?
+                .taints
+                .iter()
+                .flatten()
+                .any(|t| t.key == SA_TAINT);
+            let state = n.annotations().get(STATE_ANNOTATION)?;
+            (rig.label(shim).await.as_deref() == Some("true")
+                && state.contains("\"phase\":\"Installed\"")
+                && n.annotations().contains_key(STARTUP_TAINT_ANNOTATION)
+                && ready
+                && !tainted)
+                .then_some(())
+        })
+        .await;
+        let slot = Api::<ShimLease>::namespaced(rig.admin.clone(), NAMESPACE)
+            .get(&slot_name(shim, 0))
+            .await
+            .unwrap();
+        assert_eq!(slot.spec.holder_identity, None, "the slot given back");
+        assert_eq!(slot.spec.lease_transitions, Some(1), "the slot taken once");
+        let events: Api<Event> = Api::namespaced(rig.admin.clone(), "default");
+        eventually(30, "the Installed Event on the Node", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("Installed")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(rig.name.as_str())
+                })
+                .then_some(())
+        })
+        .await;
+        // no longer selected: the label comes off, then the uninstall
+        let moved = json!({"metadata": {"labels": {"test": "kc-sa-elsewhere"}}});
+        nodes
+            .patch(&rig.name, &PatchParams::default(), &Patch::Merge(&moved))
+            .await
+            .unwrap();
+        eventually(60, "unlabelled and uninstalled", || async {
+            let n = rig.node().await;
+            let state = n
+                .annotations()
+                .get(STATE_ANNOTATION)
+                .cloned()
+                .unwrap_or_default();
+            (rig.label(shim).await.is_none() && !state.contains(shim)).then_some(())
+        })
+        .await;
+    })
+    .await;
+    assert_eq!(*f.restarts.borrow(), 2, "the install and the uninstall");
+    rig.force_delete(shim).await;
 }

@@ -198,6 +198,63 @@ async fn the_condition_follows_the_shims_and_the_startup_taint_comes_off_once_it
     let _ = nodes.delete(&rig.name, &Default::default()).await;
 }
 
+/// `who` (a coordinator identity) may take, of Node `name`, only the startup taint it names,
+/// and only once `ready` made its ShimsReady condition True; no other change of the Node.
+async fn removes_only_the_startup_taint<F: std::future::Future<Output = ()>>(
+    who: &str,
+    coordinator: &Api<KubeNode>,
+    name: &str,
+    ready: impl FnOnce() -> F,
+) {
+    let write = |patch: serde_json::Value| {
+        let c = coordinator.clone();
+        async move {
+            c.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    };
+    let only_other = json!({"spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}});
+    let only_startup = json!({"spec": {"taints": [{"key": TAINT, "effect": "NoSchedule"}]}});
+    let named = "may remove only the startup taint the Node names";
+    let e = write(only_other.clone()).await.unwrap_err();
+    assert!(e.contains(named), "{who}: not ready yet: {e}");
+    ready().await;
+    let e = write(only_startup).await.unwrap_err();
+    assert!(e.contains(named), "{who}: another taint: {e}");
+    let e = write(json!({"spec": {"taints": [{"key": TAINT, "effect": "NoSchedule"}, {"key": "other", "effect": "NoSchedule"}, {"key": "new", "effect": "NoSchedule"}]}}))
+        .await
+        .unwrap_err();
+    assert!(e.contains(named), "{who}: a new taint: {e}");
+    // nothing else of the Node: labels, annotations, owners (the garbage collector would
+    // delete a Node whose owner goes), finalizers, cordon
+    let owner = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "0"}]);
+    for (what, patch) in [
+        ("a label", json!({"metadata": {"labels": {"x": "y"}}})),
+        (
+            "an annotation",
+            json!({"metadata": {"annotations": {"x": "y"}}}),
+        ),
+        ("an owner", json!({"metadata": {"ownerReferences": owner}})),
+        (
+            "a finalizer",
+            json!({"metadata": {"finalizers": ["example.com/keep"]}}),
+        ),
+        ("a cordon", json!({"spec": {"unschedulable": true}})),
+        ("a provider id", json!({"spec": {"providerID": "evil://x"}})),
+    ] {
+        let e = write(patch).await.unwrap_err();
+        assert!(
+            e.contains("may only remove a Node's startup taint"),
+            "{who}: {what}: {e}"
+        );
+    }
+    write(only_other)
+        .await
+        .unwrap_or_else(|e| panic!("{who}: the named taint of a ready node: {e}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_coordinator_identity_may_remove_only_the_named_taint_of_a_ready_node() {
     let _serial = SERIAL.lock().await;
@@ -223,46 +280,18 @@ async fn the_coordinator_identity_may_remove_only_the_named_taint_of_a_ready_nod
     };
     let taints =
         json!([{"key": TAINT, "effect": "NoSchedule"}, {"key": "other", "effect": "NoSchedule"}]);
-    set_taints(&admin, name, taints.clone()).await;
-    let coordinator: Api<KubeNode> = Api::all(client_for(&env.coordinator_identity()).await);
-    let write = |patch: serde_json::Value| {
-        let c = coordinator.clone();
-        async move {
-            c.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        }
-    };
-    let only_other = json!({"spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}});
-    let only_startup = json!({"spec": {"taints": [{"key": TAINT, "effect": "NoSchedule"}]}});
-    let named = "may remove only the startup taint the Node names";
-    set_ready("False").await;
-    let e = write(only_other.clone()).await.unwrap_err();
-    assert!(e.contains(named), "not ready yet: {e}");
-    set_ready("True").await;
-    let e = write(only_startup).await.unwrap_err();
-    assert!(e.contains(named), "another taint: {e}");
-    let e = write(json!({"spec": {"taints": [{"key": TAINT, "effect": "NoSchedule"}, {"key": "other", "effect": "NoSchedule"}, {"key": "new", "effect": "NoSchedule"}]}}))
-        .await
-        .unwrap_err();
-    assert!(e.contains(named), "a new taint: {e}");
-    let e = write(json!({"metadata": {"labels": {"x": "y"}}}))
-        .await
-        .unwrap_err();
-    assert!(
-        e.contains("may only remove a Node's startup taint"),
-        "a label: {e}"
-    );
-    let e = write(json!({"spec": {"unschedulable": true}}))
-        .await
-        .unwrap_err();
-    assert!(
-        e.contains("may only remove a Node's startup taint"),
-        "cordon: {e}"
-    );
-    write(only_other)
-        .await
-        .expect("the named taint of a ready node");
+    // the coordinator's certificate, and its ServiceAccount's token (a coordinator Deployment)
+    for (who, kubeconfig) in [
+        ("certificate", env.coordinator_identity()),
+        (
+            "ServiceAccount",
+            env.token_kubeconfig("shim-agent-coordinator", None),
+        ),
+    ] {
+        set_taints(&admin, name, taints.clone()).await;
+        set_ready("False").await;
+        let coordinator: Api<KubeNode> = Api::all(client_for(&kubeconfig).await);
+        removes_only_the_startup_taint(who, &coordinator, name, || set_ready("True")).await;
+    }
     let _ = admin.delete(name, &Default::default()).await;
 }

@@ -177,6 +177,50 @@ impl KubeEnv {
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
     }
 
+    /// A kubeconfig acting as ServiceAccount `sa` of `shim-agent-system`, with a token bound to
+    /// Node `node` (or to nothing), as `kubectl create token` makes it.
+    pub fn token_kubeconfig(&self, sa: &str, node: Option<&str>) -> PathBuf {
+        self.token_kubeconfig_in("shim-agent-system", sa, node)
+    }
+
+    /// [`KubeEnv::token_kubeconfig`] for ServiceAccount `sa` of namespace `ns`.
+    pub fn token_kubeconfig_in(&self, ns: &str, sa: &str, node: Option<&str>) -> PathBuf {
+        let mut args = vec!["create", "token", sa, "-n", ns];
+        if let Some(n) = node {
+            args.extend(["--bound-object-kind", "Node", "--bound-object-name", n]);
+        }
+        let (ok, token) = self.kubectl(&args);
+        assert!(ok, "{token}");
+        let mut kc = Kubeconfig::read_from(&self.admin).unwrap();
+        for a in &mut kc.auth_infos {
+            a.auth_info = Some(kube::config::AuthInfo {
+                token: Some(token.trim().to_string().into()),
+                ..Default::default()
+            });
+        }
+        let path = std::env::temp_dir().join(format!(
+            "shim-agent-token-{ns}-{sa}-{}-{}-{}.kubeconfig",
+            node.unwrap_or("unbound"),
+            self.admin
+                .parent()
+                .and_then(|p| p.file_name())
+                .and_then(|n| n.to_str())
+                .unwrap_or(""),
+            std::process::id()
+        ));
+        std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+        path
+    }
+
+    /// A dedicated node identity's certificate for Node `node` (user
+    /// `containerd.x-k8s.io:node:<node>` in the node agents' group).
+    pub fn dedicated_node_identity(&self, node: &str) -> PathBuf {
+        self.identity(
+            &format!("{}{node}", shim_agent::api::rbac::AGENT_USER_PREFIX),
+            &[shim_agent::api::rbac::AGENT_GROUP],
+        )
+    }
+
     /// Start kube-scheduler beside this control plane, if it is not running (up.sh keeps
     /// what runs). It schedules only pods without a nodeName, onto Ready nodes with room:
     /// the Node objects other tests create have no status, so no pod lands on them.
