@@ -5,9 +5,10 @@
 //! was started with (its bundle's `shim-binary-path`), and drops the task when that file is
 //! gone. So a replaced or removed shim version must stay while a task runs through it, and go
 //! once none does. Here a container runs through version 1 of the installed shim while the
-//! Shim is upgraded and containerd restarted twice more; then it exits and version 1 goes.
-//! The same after an uninstall. Without retention the container is gone after the first
-//! restart that follows the upgrade.
+//! Shim is upgraded and containerd restarted twice more; then it exits and the next
+//! transaction (another Shim's install, on a store opened while the container still ran)
+//! collects version 1. The same after an uninstall. Without retention the container is gone
+//! after the first restart that follows the upgrade.
 //!
 //! Skipped with a reason when no node env runs, unless `SHIM_AGENT_REQUIRE_NODE_ENV=1` (CI).
 
@@ -113,7 +114,7 @@ async fn restart_containerd(env: &NodeEnv) {
 }
 
 #[tokio::test]
-async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and_version_1_goes_once_it_exits()
+async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and_the_next_transaction_after_it_exits_removes_version_1()
  {
     let Some(env) = node_env("retain_upgrade").await else {
         return;
@@ -170,11 +171,31 @@ async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and
         assert_eq!(state.retained.len(), 1);
     }
 
-    // the container exits: version 1 goes at the next collection, version 2 stays
-    remove_container(&env, on_v1);
+    // the container exits while the engine is open: the next transaction (another Shim's
+    // install) collects version 1 when it ends, without the engine being opened again;
+    // version 2 stays
     {
-        let (_store, state) = n.open().await.unwrap();
+        let (store, mut state) = n.open().await.unwrap();
+        assert_eq!(
+            state.retained.len(),
+            1,
+            "still running: {:?}",
+            state.retained
+        );
+        remove_container(&env, on_v1);
+        assert!(
+            v1_dir.exists(),
+            "nothing collects before the next transaction"
+        );
+        let (url3, sha3) = artifact(&env, tmp.path(), "other");
+        let other = ShimBuilder::new("other").artifact(&url3, &sha3).build();
+        let report = n
+            .apply_with(&store, &mut state, vec![Change::Install(Box::new(other))])
+            .await
+            .unwrap();
+        assert_eq!(report.installed, ["other"]);
         assert!(state.retained.is_empty(), "{:?}", state.retained);
+        assert!(read_state(&root).retained.is_empty());
         assert!(!v1_dir.exists(), "version 1's files are gone");
         assert!(root.resolve(&state.shims["demo"].binary).unwrap().exists());
     }
@@ -186,10 +207,13 @@ async fn a_container_on_version_1_survives_the_upgrade_and_two_more_restarts_and
         .unwrap();
     start_container(&env, &v2.binary, on_v2);
     let report = n
-        .apply(vec![Change::Uninstall("demo".into())])
+        .apply(vec![
+            Change::Uninstall("demo".into()),
+            Change::Uninstall("other".into()),
+        ])
         .await
         .unwrap();
-    assert_eq!(report.removed, ["demo"]);
+    assert_eq!(report.removed, ["demo", "other"]);
     let st = read_state(&root);
     assert!(st.shims.is_empty());
     assert_eq!(st.retained.len(), 1, "{st:?}");
