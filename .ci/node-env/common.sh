@@ -21,7 +21,7 @@
 : "${INFRA_CONTAINERD:=debian}"
 : "${INFRA_CONTAINERD_BINS:=/var/tmp/containerd-bins}"
 # No ca-certificates, on purpose: a minimal node without a CA store must still fetch file://
-# artifacts (tests/node_kube.rs runs the agent inside it).
+# artifacts (tests/node/kube.rs runs the agent inside it).
 : "${INFRA_PACKAGES:=systemd,systemd-sysv,dbus,containerd,runc,iproute2,procps,busybox-static}"
 
 # Cgroup directories the container is started in: for every hierarchy the caller is

@@ -7,7 +7,7 @@ use kube::runtime::events::EventType;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Agent;
-use super::memory::{Failure, UNINSTALL_KEY, spec_key};
+use super::memory::{UNINSTALL_KEY, spec_key};
 use crate::api::Shim;
 use crate::cluster::nodestate::FailureNote;
 use crate::crashes;
@@ -44,7 +44,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         save(store, state);
         tracing::error!(shims = ?crashed, "the agent stopped during a round working on {}: counted as a crash of each", crashed.join(", "));
         if crashed.len() > 1 {
-            self.memory.solo.extend(crashed);
+            self.memory.run_alone(crashed);
         }
     }
 
@@ -66,23 +66,18 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 continue;
             };
             let message = crashes::message(&rec);
-            self.memory.failures.insert(
-                name.clone(),
-                Failure {
-                    note: FailureNote {
-                        reason: crashes::REASON.into(),
-                        message: message.clone(),
-                        generation: cluster
-                            .iter()
-                            .find(|s| s.name() == name)
-                            .and_then(|s| s.metadata.generation),
-                    },
-                    spec_key: rec.spec_key.clone(),
-                    attempts: rec.crashes,
-                    retry_at: None,
-                },
-            );
-            if self.memory.aside_seen.insert(name.clone()) {
+            let note = FailureNote {
+                reason: crashes::REASON.into(),
+                message: message.clone(),
+                generation: cluster
+                    .iter()
+                    .find(|s| s.name() == name)
+                    .and_then(|s| s.metadata.generation),
+            };
+            if self
+                .memory
+                .set_aside(name, note, rec.spec_key.clone(), rec.crashes)
+            {
                 tracing::error!(shim = %name, reason = crashes::REASON, "{name}: {message}");
                 self.emit(
                     cluster,
@@ -95,7 +90,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 .await;
             }
         }
-        self.memory.aside_seen.retain(|n| aside.contains(n));
+        self.memory.keep_aside_only(&aside);
         aside
     }
 

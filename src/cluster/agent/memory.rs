@@ -43,20 +43,20 @@ pub struct Failure {
 /// What the agent remembers between rounds.
 #[derive(Debug, Default)]
 pub struct Memory {
-    pub failures: BTreeMap<String, Failure>,
+    failures: BTreeMap<String, Failure>,
     /// Shims to run one at a time (a batch failed without naming its culprit, or crashed).
-    pub solo: BTreeSet<String>,
+    solo: BTreeSet<String>,
     /// Blocked uninstalls and the pods that blocked them, as last reported.
-    pub blocked_seen: BTreeMap<String, Vec<String>>,
+    blocked_seen: BTreeMap<String, Vec<String>>,
     /// Static/cluster conflicts already reported.
-    pub conflicts_seen: BTreeSet<String>,
+    conflicts_seen: BTreeSet<String>,
     /// Shims set aside after crashes, already reported.
-    pub aside_seen: BTreeSet<String>,
+    aside_seen: BTreeSet<String>,
     /// When a Node write that failed is tried again.
-    pub node_sync_due: Option<Instant>,
-    pub node_sync_failures: u32,
+    node_sync_due: Option<Instant>,
+    node_sync_failures: u32,
     /// A change failed (or a batch was split): run the next round at once for the others.
-    pub rerun_now: bool,
+    rerun_now: bool,
 }
 
 /// How a failed round is judged.
@@ -91,19 +91,96 @@ pub fn judge(work: &[String], blamed: &[String], stopping: bool) -> Judgement {
 }
 
 impl Memory {
-    /// The Shims that wait now (their backoff not over); a backoff that ran out is cleared
-    /// (the note stays).
-    pub fn held(&mut self, now: Instant) -> BTreeSet<String> {
-        let mut held = BTreeSet::new();
-        for (name, f) in &mut self.failures {
-            match f.retry_at {
-                Some(t) if t > now => {
-                    held.insert(name.clone());
-                }
-                _ => f.retry_at = None,
+    /// The Shims that wait at `now` (their backoff not over).
+    pub fn held(&self, now: Instant) -> BTreeSet<String> {
+        self.failures
+            .iter()
+            .filter(|(_, f)| f.retry_at.is_some_and(|t| t > now))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Clear the backoffs that ran out by `now` (their notes stay), so no past retry time
+    /// keeps the timer firing.
+    pub fn expire(&mut self, now: Instant) {
+        for f in self.failures.values_mut() {
+            if f.retry_at.is_some_and(|t| t <= now) {
+                f.retry_at = None;
             }
         }
-        held
+    }
+
+    /// Run each of `names` alone from the next round on, which comes at once.
+    pub fn run_alone(&mut self, names: impl IntoIterator<Item = String>) {
+        self.solo.extend(names);
+        self.rerun_now = true;
+    }
+
+    /// Run the next round at once (a change failed: the others go on).
+    pub fn rerun(&mut self) {
+        self.rerun_now = true;
+    }
+
+    /// Whether the next round is due at once; asking clears it.
+    pub fn take_rerun(&mut self) -> bool {
+        std::mem::take(&mut self.rerun_now)
+    }
+
+    /// After a round: whether another must follow at once (a rerun asked for, or Shims still
+    /// waiting to run alone); if so, it is asked for.
+    pub fn wants_rerun(&mut self) -> bool {
+        self.rerun_now = self.rerun_now || !self.solo.is_empty();
+        self.rerun_now
+    }
+
+    /// `name` is set aside after crashes (`spec_key`, `attempts` crashes): a failure with
+    /// `note` and no retry until its spec changes. True the first time (report it once).
+    pub fn set_aside(
+        &mut self,
+        name: &str,
+        note: FailureNote,
+        spec_key: String,
+        attempts: u32,
+    ) -> bool {
+        let failure = Failure {
+            note,
+            spec_key,
+            attempts,
+            retry_at: None,
+        };
+        self.failures.insert(name.to_string(), failure);
+        self.aside_seen.insert(name.to_string())
+    }
+
+    /// Only `aside` are set aside now: the others are reported again if set aside anew.
+    pub fn keep_aside_only(&mut self, aside: &BTreeSet<String>) {
+        self.aside_seen.retain(|n| aside.contains(n));
+    }
+
+    /// The uninstalls blocked now, by their pods; returns those not reported before as they
+    /// are now.
+    pub fn blocked_now(
+        &mut self,
+        blocked: &BTreeMap<String, Vec<String>>,
+    ) -> Vec<(String, Vec<String>)> {
+        let new = blocked
+            .iter()
+            .filter(|(name, pods)| self.blocked_seen.get(*name) != Some(*pods))
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .collect();
+        self.blocked_seen = blocked.clone();
+        new
+    }
+
+    /// A static/cluster conflict over `name` seen: true the first time (report it once).
+    pub fn conflict_seen(&mut self, name: &str) -> bool {
+        self.conflicts_seen.insert(name.to_string())
+    }
+
+    /// Only `conflicts` stand now: one that ends and comes back is reported again.
+    pub fn keep_conflicts_only<'a>(&mut self, conflicts: impl IntoIterator<Item = &'a String>) {
+        let now: BTreeSet<&String> = conflicts.into_iter().collect();
+        self.conflicts_seen.retain(|n| now.contains(n));
     }
 
     /// Forget the failures of Shims whose spec changed (tried at once) or that are gone
@@ -239,7 +316,10 @@ mod tests {
         assert_eq!(m.failed("a", None, "X", "m".into(), t0), backoff(1));
         assert_eq!(m.failed("a", None, "X", "m".into(), t0), backoff(2));
         assert_eq!(m.held(t0), BTreeSet::from(["a".to_string()]));
-        assert!(m.held(t0 + backoff(2) + Duration::from_secs(1)).is_empty());
+        let later = t0 + backoff(2) + Duration::from_secs(1);
+        assert!(m.held(later).is_empty());
+        assert!(m.failures["a"].retry_at.is_some(), "held() is pure");
+        m.expire(later);
         assert_eq!(
             m.failures["a"].retry_at, None,
             "cleared once due; the note stays"
@@ -247,6 +327,36 @@ mod tests {
         assert_eq!(m.failing(), vec!["a"]);
         m.succeeded(&["a".to_string()]);
         assert!(m.failures.is_empty());
+    }
+
+    #[test]
+    fn what_was_reported_is_reported_again_only_once_it_changes() {
+        let mut m = Memory::default();
+        let pods = |p: &[&str]| {
+            BTreeMap::from([("a".to_string(), p.iter().map(|s| s.to_string()).collect())])
+        };
+        assert_eq!(m.blocked_now(&pods(&["p1"])).len(), 1);
+        assert!(m.blocked_now(&pods(&["p1"])).is_empty());
+        assert_eq!(m.blocked_now(&pods(&["p1", "p2"])).len(), 1);
+        assert!(m.conflict_seen("s"));
+        assert!(!m.conflict_seen("s"));
+        m.keep_conflicts_only(&Vec::<String>::new());
+        assert!(m.conflict_seen("s"), "a conflict that ended and came back");
+        let note = FailureNote {
+            reason: "AgentCrashed".into(),
+            message: "m".into(),
+            generation: None,
+        };
+        assert!(m.set_aside("c", note.clone(), "k".into(), 2));
+        assert!(!m.set_aside("c", note.clone(), "k".into(), 2));
+        assert_eq!(m.failing(), vec!["c"]);
+        m.keep_aside_only(&BTreeSet::new());
+        assert!(m.set_aside("c", note, "k".into(), 2));
+        // a batch split: each alone, the next round at once, and again while any waits
+        m.run_alone(["x".to_string()]);
+        assert!(m.take_rerun());
+        assert!(!m.take_rerun());
+        assert!(m.wants_rerun());
     }
 
     #[test]

@@ -143,12 +143,11 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 .next_due((!state.retained.is_empty()).then_some(retain_due));
             let timer_fired = due.is_some_and(|d| d <= Instant::now());
             let fp = fingerprint(&caches);
-            if timer_fired || last_fp != Some(fp) || std::mem::take(&mut self.memory.rerun_now) {
+            if timer_fired || last_fp != Some(fp) || self.memory.take_rerun() {
                 last_fp = Some(fp);
                 self.round(store, state, &caches).await;
                 crate::telemetry::settled(state.shims.len(), self.memory.failing());
-                if self.memory.rerun_now || !self.memory.solo.is_empty() {
-                    self.memory.rerun_now = true;
+                if self.memory.wants_rerun() {
                     continue;
                 }
             }

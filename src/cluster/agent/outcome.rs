@@ -94,13 +94,12 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             }
             Judgement::RunAlone(each) => {
                 tracing::warn!("a batch of changes failed; trying each alone: {message}");
-                self.memory.solo.extend(each);
-                self.memory.rerun_now = true;
+                self.memory.run_alone(each);
                 return;
             }
             Judgement::Blame(culprits) => culprits,
         };
-        self.memory.rerun_now = true;
+        self.memory.rerun();
         let reason = reason_of(&e);
         for name in culprits {
             let shim = cluster.iter().find(|s| s.name() == name);
@@ -121,28 +120,25 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         cluster: &[Shim],
         node: &KubeNode,
     ) {
-        for (name, pods) in &plan.blocked {
-            if self.memory.blocked_seen.get(name) != Some(pods) {
-                let note = format!(
-                    "uninstall of {name} from node {} waits for pods that use its RuntimeClass: {}",
-                    self.node_name,
-                    pods.join(", ")
-                );
-                tracing::info!(shim = %name, "{note}");
-                self.emit(
-                    cluster,
-                    name,
-                    node,
-                    EventType::Warning,
-                    "UninstallBlocked",
-                    note,
-                )
-                .await;
-            }
+        for (name, pods) in self.memory.blocked_now(&plan.blocked) {
+            let note = format!(
+                "uninstall of {name} from node {} waits for pods that use its RuntimeClass: {}",
+                self.node_name,
+                pods.join(", ")
+            );
+            tracing::info!(shim = %name, "{note}");
+            self.emit(
+                cluster,
+                &name,
+                node,
+                EventType::Warning,
+                "UninstallBlocked",
+                note,
+            )
+            .await;
         }
-        self.memory.blocked_seen = plan.blocked.clone();
         for name in &plan.conflicts {
-            if self.memory.conflicts_seen.insert(name.clone()) {
+            if self.memory.conflict_seen(name) {
                 let note = format!(
                     "node {} runs the static Shim {name:?} from shims.d instead of the cluster's",
                     self.node_name
@@ -159,9 +155,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 .await;
             }
         }
-        self.memory
-            .conflicts_seen
-            .retain(|n| plan.conflicts.contains(n));
+        self.memory.keep_conflicts_only(&plan.conflicts);
     }
 
     /// An Event on the Shim (when it still exists) and on the Node; failures to publish are

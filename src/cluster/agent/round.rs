@@ -50,6 +50,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             return;
         };
         self.memory.forget_stale(&read.cluster);
+        self.memory.expire(Instant::now());
         let mut held = self.memory.held(Instant::now());
         held.extend(
             self.set_aside(store, state, &read.cluster, &read.node)

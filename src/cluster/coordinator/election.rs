@@ -274,7 +274,7 @@ where
             Some(t) if t <= now => match lock.try_acquire_or_renew().await {
                 Ok(true) => break,
                 Ok(false) => {}
-                Err(e) => tracing::debug!(error = %e, "coordinator lease: cannot read or write"),
+                Err(e) => super::CoordinatorError::Election(e).record("coordinator lease"),
             },
             _ => {}
         }
@@ -308,7 +308,7 @@ where
             match lock.try_acquire_or_renew().await {
                 Ok(true) => last_ok = Instant::now(),
                 Ok(false) => return,
-                Err(e) => tracing::warn!("coordinator lease: renewal failed: {e}"),
+                Err(e) => super::CoordinatorError::Election(e).record("coordinator lease renewal"),
             }
             if last_ok.elapsed() >= timings.renew_deadline {
                 return;

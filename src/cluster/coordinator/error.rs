@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-/// A write of the coordinator that failed; the Shim is looked at again shortly.
+/// A write of the coordinator that failed; it is tried again at a later round.
 #[derive(Debug, Error)]
 pub enum CoordinatorError {
     #[error("cannot write the finalizer: {0}")]
@@ -12,6 +12,12 @@ pub enum CoordinatorError {
     RuntimeClass(#[source] kube::Error),
     #[error("cannot write the status: {0}")]
     Status(#[source] kube::Error),
+    #[error("cannot write a rollout slot: {0}")]
+    Slot(#[source] kube::Error),
+    #[error("cannot remove a startup taint: {0}")]
+    StartupTaint(#[source] kube::Error),
+    #[error("cannot take or renew the coordinator lease: {0}")]
+    Election(#[source] kube::Error),
 }
 
 impl CoordinatorError {
@@ -31,6 +37,9 @@ impl CoordinatorError {
             CoordinatorError::Finalizer(_) => "finalizer",
             CoordinatorError::RuntimeClass(_) => "runtime_class",
             CoordinatorError::Status(_) => "status",
+            CoordinatorError::Slot(_) => "slot",
+            CoordinatorError::StartupTaint(_) => "startup_taint",
+            CoordinatorError::Election(_) => "election",
         }
     }
 
@@ -40,7 +49,10 @@ impl CoordinatorError {
     pub fn reason(&self) -> &'static str {
         let (CoordinatorError::Finalizer(e)
         | CoordinatorError::RuntimeClass(e)
-        | CoordinatorError::Status(e)) = self;
+        | CoordinatorError::Status(e)
+        | CoordinatorError::Slot(e)
+        | CoordinatorError::StartupTaint(e)
+        | CoordinatorError::Election(e)) = self;
         match e {
             kube::Error::Api(s) => match s.code {
                 409 => "Conflict",
@@ -53,5 +65,56 @@ impl CoordinatorError {
             kube::Error::HyperError(_) | kube::Error::Service(_) => "Unavailable",
             _ => "Other",
         }
+    }
+
+    /// Someone else wrote first (a 409) or the object went (a 404): expected while agents
+    /// and the coordinator race, and settled by the next round.
+    pub fn is_race(&self) -> bool {
+        matches!(self.reason(), "Conflict" | "NotFound")
+    }
+
+    /// Count it (`shim_agent_coordinator_errors_total{step, reason}`) and log it: a race at
+    /// debug level, anything else as a warning.
+    pub fn record(&self, what: &str) {
+        crate::telemetry::coordinator_error(self.step(), self.reason());
+        if self.is_race() {
+            tracing::debug!(
+                step = self.step(),
+                reason = self.reason(),
+                "{what}: {self}; next round"
+            );
+        } else {
+            tracing::warn!(
+                step = self.step(),
+                reason = self.reason(),
+                "{what}: {self}; retrying"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(kube::core::Status::failure("m", "r").with_code(code).boxed())
+    }
+
+    #[test]
+    fn every_step_has_a_name_and_every_answer_a_reason() {
+        let e = CoordinatorError::Slot(api(409));
+        assert_eq!(
+            (e.step(), e.reason(), e.is_race()),
+            ("slot", "Conflict", true)
+        );
+        let e = CoordinatorError::StartupTaint(api(403));
+        assert_eq!(
+            (e.step(), e.reason(), e.is_race()),
+            ("startup_taint", "Forbidden", false)
+        );
+        let e = CoordinatorError::Election(api(503));
+        assert_eq!((e.step(), e.reason()), ("election", "Unavailable"));
+        assert_eq!(CoordinatorError::Status(api(422)).reason(), "Invalid");
     }
 }

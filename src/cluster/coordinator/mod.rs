@@ -205,8 +205,7 @@ impl Coordinator {
             {
                 Ok(due) => due,
                 Err(e) => {
-                    crate::telemetry::coordinator_error(e.step(), e.reason());
-                    tracing::warn!(shim = %shim.name_any(), step = e.step(), reason = e.reason(), "coordinator: {e}; retrying in {RETRY_SECS} s");
+                    e.record(&format!("Shim {}", shim.name_any()));
                     Some(Instant::now() + Duration::from_secs(RETRY_SECS))
                 }
             };
@@ -237,9 +236,7 @@ impl Coordinator {
                 Ok(_) => {
                     tracing::info!(node = %name, "startup taint removed: the node's Shims are ready")
                 }
-                Err(e) => {
-                    tracing::warn!(node = %name, "cannot remove the node's startup taint; retrying: {e}")
-                }
+                Err(e) => CoordinatorError::StartupTaint(e).record(&format!("node {name}")),
             }
         }
     }
@@ -305,17 +302,15 @@ impl Coordinator {
         self.execute(shim, actions).await
     }
 
-    /// Carry out a Shim's [`ShimActions`](plan::ShimActions), in order.
+    /// Carry out a Shim's [`ShimActions`](plan::ShimActions), in order: the finalizer in, the
+    /// RuntimeClass, the status, the finalizer out.
     async fn execute(
         &mut self,
         shim: &Shim,
         actions: plan::ShimActions,
     ) -> Result<Option<Instant>, CoordinatorError> {
         use CoordinatorError as E;
-        let name = shim.name_any();
         let shims = Api::<Shim>::all(self.client.clone());
-        let rc_api = Api::<RuntimeClass>::all(self.client.clone());
-        let rc_name = &shim.spec.runtime_class.name;
         if actions.add_finalizer {
             let mut finalizers = shim.finalizers().to_vec();
             finalizers.push(FINALIZER.into());
@@ -323,47 +318,64 @@ impl Coordinator {
                 .await
                 .map_err(E::finalizer)?;
         }
-        match actions.runtime_class {
-            plan::ClassAction::Keep => {}
-            plan::ClassAction::Delete => {
-                tracing::info!(shim = %name, runtime_class = %rc_name, "deleting the RuntimeClass (its Shim is going, or its handler changed)");
-                delete_ignoring_missing(&rc_api, rc_name)
-                    .await
-                    .map_err(E::runtime_class)?;
-            }
-            plan::ClassAction::Apply(rc) => {
-                let pp = PatchParams::apply(FIELD_MANAGER).force();
-                rc_api
-                    .patch(rc_name, &pp, &Patch::Apply(&*rc))
-                    .await
-                    .map_err(E::runtime_class)?;
-                tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass applied");
-            }
-        }
+        self.write_class(shim, actions.runtime_class)
+            .await
+            .map_err(E::runtime_class)?;
         if let plan::StatusAction::Write(status) = actions.status {
-            let patch = serde_json::json!({ "status": status });
-            tracing::debug!(shim = %name, "status changed; writing it");
-            shims
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            write_status(&shims, shim, &status)
                 .await
                 .map_err(E::status)?;
-            self.last_status_write.insert(name.clone(), Instant::now());
+            self.last_status_write
+                .insert(shim.name_any(), Instant::now());
         }
         if actions.remove_finalizer {
-            let finalizers: Vec<String> = shim
-                .finalizers()
-                .iter()
-                .filter(|f| *f != FINALIZER)
-                .cloned()
-                .collect();
-            set_finalizers(&shims, shim, finalizers)
+            let finalizers = shim.finalizers().iter().filter(|f| *f != FINALIZER);
+            set_finalizers(&shims, shim, finalizers.cloned().collect())
                 .await
                 .map_err(E::finalizer)?;
-            self.last_status_write.remove(&name);
-            tracing::info!(shim = %name, "every node is clean; finalizer removed");
+            self.last_status_write.remove(&shim.name_any());
+            tracing::info!(shim = %shim.name_any(), "every node is clean; finalizer removed");
         }
         Ok(actions.due)
     }
+
+    /// The Shim's RuntimeClass as `action` says: kept, deleted, or server-side applied.
+    async fn write_class(&self, shim: &Shim, action: plan::ClassAction) -> Result<(), kube::Error> {
+        let name = shim.name_any();
+        let rc_api = Api::<RuntimeClass>::all(self.client.clone());
+        let rc_name = &shim.spec.runtime_class.name;
+        match action {
+            plan::ClassAction::Keep => {}
+            plan::ClassAction::Delete => {
+                tracing::info!(shim = %name, runtime_class = %rc_name, "deleting the RuntimeClass (its Shim is going, or its handler changed)");
+                delete_ignoring_missing(&rc_api, rc_name).await?;
+            }
+            plan::ClassAction::Apply(rc) => {
+                let pp = PatchParams::apply(FIELD_MANAGER).force();
+                rc_api.patch(rc_name, &pp, &Patch::Apply(&*rc)).await?;
+                tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass applied");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A Shim's status, merge-patched.
+async fn write_status(
+    shims: &Api<Shim>,
+    shim: &Shim,
+    status: &crate::api::ShimStatus,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({ "status": status });
+    tracing::debug!(shim = %shim.name_any(), "status changed; writing it");
+    shims
+        .patch_status(
+            &shim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(|_| ())
 }
 
 /// Replace a Shim's finalizers, guarded by the resourceVersion it was read at (a 409 when

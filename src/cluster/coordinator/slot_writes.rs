@@ -12,6 +12,7 @@ use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
+use super::CoordinatorError;
 use super::status::{NodeView, with_rollout};
 use crate::api::lease::ShimLease;
 use crate::api::{Shim, ShimStatus};
@@ -95,10 +96,7 @@ impl Rollout {
         for action in actions {
             match self.write(&api, shim, &action).await {
                 Ok(()) => tracing::debug!(shim = %name, ?action, "slot written"),
-                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-                    tracing::debug!(shim = %name, ?action, "slot moved meanwhile; next round")
-                }
-                Err(e) => tracing::warn!(shim = %name, ?action, "cannot write a slot: {e}"),
+                Err(e) => CoordinatorError::Slot(e).record(&format!("{name}: {action:?}")),
             }
         }
     }
