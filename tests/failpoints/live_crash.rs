@@ -9,11 +9,11 @@
 #![cfg(feature = "failpoints")]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard};
 
 use shim_agent::state::{Phase, StateStore};
 use shim_agent::txn::Change;
 
+use crate::serial;
 use crate::support;
 use crate::support::live::*;
 
@@ -36,13 +36,6 @@ const ROLLBACK_PATH: &[(&str, Option<Phase>)] = &[
     ("txn::restored", Some(Phase::RollingBack)),
     ("txn::rolled-back", Some(Phase::RolledBack)),
 ];
-
-/// Failpoints are process-wide: tests in this binary run one at a time, setup included.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The invariants after recovery, whatever happened before.
 fn assert_consistent(w: &World, f: &FakeContainerd, what: &str) {
