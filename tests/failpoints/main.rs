@@ -16,6 +16,7 @@ mod support;
 
 mod live_crash;
 mod retain_crash;
+mod retain_timer;
 
 /// Failpoints are process-wide: every test of this binary that runs the transaction engine
 /// holds this for its whole run, setup included, so no other test's failpoint fires in it.
