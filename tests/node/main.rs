@@ -16,6 +16,7 @@ mod support;
 mod edges;
 mod kube;
 mod lifecycle;
+mod option_paths;
 mod restart_timing;
 mod retain;
 mod service;
