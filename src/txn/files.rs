@@ -121,8 +121,28 @@ pub fn stage_backups(
 
 /// Put every backed-up file back (or delete files that did not exist), newest first;
 /// files that already hold their backed-up bytes are left alone (idempotent).
-pub fn restore_backups(root: &HostRoot, j: &Journal) -> anyhow::Result<()> {
+///
+/// With `keep_new_versions`, the files of the transaction's new versions (in their
+/// content-addressed directories) stay: containerd ran with them, so a task may have started
+/// through one; the caller retires them, and they go once no task uses them.
+pub fn restore_backups(
+    root: &HostRoot,
+    j: &Journal,
+    keep_new_versions: bool,
+) -> anyhow::Result<()> {
+    let new_dirs: Vec<std::path::PathBuf> = j
+        .pending
+        .iter()
+        .map(|p| crate::artifact::version_dir(&p.name, &p.artifact_sha256))
+        .collect();
     for b in j.backups.iter().rev() {
+        let new_file = b.saved_as.is_none();
+        if keep_new_versions
+            && new_file
+            && new_dirs.iter().any(|d| Path::new(&b.path).starts_with(d))
+        {
+            continue;
+        }
         let local = root.resolve(&b.path)?;
         match &b.saved_as {
             Some(saved) => {

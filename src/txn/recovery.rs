@@ -98,7 +98,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         match action {
             Recovery::Discard | Recovery::Close => self.close(store, state, j)?,
             Recovery::RollBackFiles => {
-                restore_backups(self.root, j)?;
+                // containerd was not restarted with the new files: they all go
+                restore_backups(self.root, j, false)?;
                 self.close(store, state, j)?;
             }
             Recovery::RollBackAndRestart => {
@@ -202,7 +203,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let Some(j) = state.journal.clone() else {
             return Ok(());
         };
-        restore_backups(self.root, &j)?;
+        // once containerd ran with the new versions, a task may have started through one:
+        // their files stay, retired below with the rollback, until no task uses them
+        restore_backups(self.root, &j, restart)?;
         failpoint("txn::restored");
         // containerd must come back with the handlers the restored files define: those it
         // had before, less any that drift had removed (a failed drift repair restores the

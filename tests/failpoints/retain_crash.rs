@@ -236,9 +236,6 @@ fn an_upgrade_killed_in_the_risky_window_rolls_back_to_v1_with_its_files_and_rec
 }
 
 #[test]
-#[ignore = "known bug: a rollback deletes the new version's binary (restore_backups, its backup \
-            records no file before) before it retires the version for tasks that started \
-            through it (src/txn/recovery.rs roll_back)"]
 fn an_upgrade_killed_while_rolling_back_keeps_v2_whole_while_a_task_started_through_it_runs() {
     let _serial = serial();
     for fp in ["txn::rolling-back", "txn::restored", "txn::rolled-back"] {
