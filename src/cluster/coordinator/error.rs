@@ -98,7 +98,11 @@ mod tests {
     use super::*;
 
     fn api(code: u16) -> kube::Error {
-        kube::Error::Api(kube::core::Status::failure("m", "r").with_code(code).boxed())
+        kube::Error::Api(
+            kube::core::Status::failure("m", "r")
+                .with_code(code)
+                .boxed(),
+        )
     }
 
     #[test]

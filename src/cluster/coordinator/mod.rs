@@ -198,9 +198,15 @@ impl Coordinator {
         let all = caches.shims.state();
         self.rollout_hooks
             .retain(|n| all.iter().any(|s| s.name_any() == n));
-        for shim in all {
+        // every Shim's slots first: a batch of new Shims gets all its slots before the
+        // finalizers, RuntimeClasses and statuses, so its nodes can take them at once
+        let mut kept = Vec::with_capacity(all.len());
+        for shim in &all {
+            kept.push(self.keep_slots(shim, &views, &caches.leases).await);
+        }
+        for (shim, rollout) in all.into_iter().zip(kept) {
             let due = match self
-                .reconcile(&shim, &views, &caches.classes, &caches.leases)
+                .reconcile(&shim, &views, &caches.classes, rollout)
                 .await
             {
                 Ok(due) => due,
@@ -262,20 +268,17 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    /// Reconcile one Shim: gather the facts, plan ([`plan::plan_shim`]), execute. Returns when
-    /// it wants to be looked at again (a deferral, a throttled status).
-    async fn reconcile(
+    /// A Shim's slot Leases kept as the rules say, and its rollout as they were before (the
+    /// status is computed from it). No slot opens for a generation its BeforeRollout
+    /// extensions hold (or are asked about: the calls run beside this loop).
+    async fn keep_slots(
         &mut self,
         shim: &Shim,
         nodes: &[NodeView],
-        classes: &Store<RuntimeClass>,
         leases: &Store<ShimLease>,
-    ) -> Result<Option<Instant>, CoordinatorError> {
-        let name = shim.name_any();
+    ) -> (Rollout, Hold) {
         let rollout = Rollout::of(shim, nodes, leases);
         let existing_nodes: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
-        // no slot opens for a generation its BeforeRollout extensions hold (or are asked
-        // about: the calls run beside this loop, which goes on with the other Shims)
         let hold = if shim.metadata.deletion_timestamp.is_some() {
             Hold::Go
         } else {
@@ -284,6 +287,20 @@ impl Coordinator {
         rollout
             .keep_slots(&self.client, shim, &existing_nodes, hold != Hold::Go)
             .await;
+        (rollout, hold)
+    }
+
+    /// Reconcile one Shim whose slots were kept: gather the facts, plan
+    /// ([`plan::plan_shim`]), execute. Returns when it wants to be looked at again (a
+    /// deferral, a throttled status).
+    async fn reconcile(
+        &mut self,
+        shim: &Shim,
+        nodes: &[NodeView],
+        classes: &Store<RuntimeClass>,
+        (rollout, hold): (Rollout, Hold),
+    ) -> Result<Option<Instant>, CoordinatorError> {
+        let name = shim.name_any();
         let rc = classes.get(&ObjectRef::new(&shim.spec.runtime_class.name));
         let time = Time(k8s_openapi::jiff::Timestamp::now());
         let with_rollout = |st| rollout.status(st, shim.status.as_ref(), &time);

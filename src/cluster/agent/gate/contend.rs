@@ -89,7 +89,13 @@ impl SlotGate<'_> {
         if streams.is_empty() || seen.candidates.is_empty() {
             let mut events = select_all(streams);
             tokio::select! {
-                _ = events.next() => {}
+                ev = events.next() => {
+                    // a new Shim's first slot, created by the coordinator: take it from the
+                    // event (a list and a watch less on the way to the label)
+                    if let Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) = ev {
+                        return self.claim_at_once(shim, l).await;
+                    }
+                }
                 _ = &mut relist => {}
                 _ = self.shut() => {}
             }
@@ -168,7 +174,29 @@ impl SlotGate<'_> {
         streams
     }
 
-    /// The claim this node would make: the first free open candidate, and when.
+    /// Take `lease` at once if it is a free open slot of `shim` (`None`: it is not, or a rival
+    /// was quicker; the caller lists again).
+    async fn claim_at_once(
+        &self,
+        shim: &Shim,
+        lease: ShimLease,
+    ) -> Result<Option<ShimLease>, GateError> {
+        let Some(s) = slot_of(shim, &lease) else {
+            return Ok(None);
+        };
+        if !(s.is_free() && s.is_open()) {
+            return Ok(None);
+        }
+        let mut w = Watched {
+            lease,
+            since: Instant::now(),
+            lost: false,
+        };
+        self.claim(shim, s.index, &mut w).await
+    }
+
+    /// The claim this node would make: the first free open candidate, and when (at once while
+    /// the window is at its floor: a rival or two at most, and one 409 costs less than a wait).
     fn next_claim(
         &self,
         shim: &Shim,
@@ -180,6 +208,9 @@ impl SlotGate<'_> {
             let w = view.get(i)?;
             let s = slot_of(shim, &w.lease)?;
             (s.is_free() && s.is_open() && !w.lost).then(|| {
+                if self.claims_at_once(shim, seen.n) {
+                    return (*i, w.since);
+                }
                 let window = claim_window(&self.latest(shim), seen.n, self.timings);
                 let at = w.since + claim_delay(&self.my_uid, &name, &s.resource_version, window);
                 (*i, at)

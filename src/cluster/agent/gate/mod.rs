@@ -23,6 +23,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -41,6 +42,7 @@ use crate::cluster::slots::{
 use crate::txn::Gate;
 use crate::txn::error::GateError;
 
+mod batch;
 mod contend;
 pub use contend::claim_window;
 
@@ -49,7 +51,8 @@ pub use contend::claim_window;
 pub struct GateTimings {
     /// Candidate slots a waiting node watches.
     pub candidates: usize,
-    /// Longest hashed delay before a claim when few nodes wait.
+    /// The floor of the claim window: while the window is no wider (a rival or two per
+    /// slot), a node claims a free slot at once instead of after a hashed delay.
     pub claim_delay_max: Duration,
     /// Room per rival node in the claim window: the spacing of rivals' claims, about one
     /// API round trip (a write and its watch event). Shorter lands the first claim sooner
@@ -225,49 +228,73 @@ impl<'a> SlotGate<'a> {
                 .map(|s| s.index)
                 .collect();
             let cands = candidates(&self.my_uid, &name, n, self.timings.candidates, &skip);
-            match claim(&self.me, &slots, &cands) {
+            let at_once = match claim(&self.me, &slots, &cands) {
                 Claim::Adopt(i) => {
-                    let Some(l) = leases
-                        .iter()
-                        .find(|l| slot_of(shim, l).is_some_and(|s| s.index == i))
-                    else {
-                        continue;
-                    };
                     tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
-                    match self
-                        .api
-                        .replace(
-                            &l.name_any(),
-                            &PostParams::default(),
-                            &self.taken(l.clone()),
-                        )
-                        .await
-                    {
-                        Ok(l) => return Ok(l),
-                        Err(e) if gone(&e) => continue,
-                        Err(e) => {
-                            return Err(GateError::SlotUnavailable(format!(
-                                "cannot renew slot {i} of {name}: {e}"
-                            )));
-                        }
-                    }
+                    Some(i)
                 }
-                claim @ (Claim::Take(_) | Claim::Wait) => {
-                    if claim == Claim::Wait {
-                        crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
-                    }
-                    let seen = contend::Seen {
-                        n,
-                        candidates: &cands,
-                        leases: &leases,
-                        resource_version: &rv,
-                    };
-                    if let Some(l) = self.contend(shim, seen).await? {
-                        return Ok(l);
-                    }
+                // few rivals: take it now, without watching first (a 409: wait as below)
+                Claim::Take(i) if self.claims_at_once(shim, n) => Some(i),
+                Claim::Take(_) | Claim::Wait => None,
+            };
+            if let Some(i) = at_once {
+                match self.take_now(shim, i, &leases).await? {
+                    Some(l) => return Ok(l),
+                    None => continue,
                 }
             }
+            crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
+            let seen = contend::Seen {
+                n,
+                candidates: &cands,
+                leases: &leases,
+                resource_version: &rv,
+            };
+            if let Some(l) = self.contend(shim, seen).await? {
+                return Ok(l);
+            }
         }
+    }
+
+    /// Take (or renew, if this node holds it) slot `i` of `shim` as listed in `leases`; `None`
+    /// when it moved meanwhile (a 409 or 404: list again).
+    async fn take_now(
+        &self,
+        shim: &Shim,
+        i: u32,
+        leases: &[ShimLease],
+    ) -> Result<Option<ShimLease>, GateError> {
+        let name = shim.name_any();
+        let Some(l) = leases
+            .iter()
+            .find(|l| slot_of(shim, l).is_some_and(|s| s.index == i))
+        else {
+            return Ok(None);
+        };
+        match self
+            .api
+            .replace(
+                &l.name_any(),
+                &PostParams::default(),
+                &self.taken(l.clone()),
+            )
+            .await
+        {
+            Ok(l) => {
+                tracing::info!(shim = %name, slot = i, "took a rollout slot");
+                Ok(Some(l))
+            }
+            Err(e) if gone(&e) => Ok(None),
+            Err(e) => Err(GateError::SlotUnavailable(format!(
+                "cannot take slot {i} of {name}: {e}"
+            ))),
+        }
+    }
+
+    /// Whether a free slot of `shim` (with `n` slots) is claimed at once, not after a hashed
+    /// delay: while the claim window is at its floor (a rival or two per slot).
+    fn claims_at_once(&self, shim: &Shim, n: u32) -> bool {
+        claim_window(&self.latest(shim), n, self.timings) <= self.timings.claim_delay_max
     }
 
     fn shutting_down(&self) -> bool {
@@ -319,49 +346,82 @@ fn rolls_out(shim: &Shim) -> bool {
         .is_some_and(|s| s.type_ == RolloutType::Recreate)
 }
 
-impl Gate for SlotGate<'_> {
-    async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
+impl<'a> SlotGate<'a> {
+    /// The Shims of `shims` this node needs a slot of and does not hold yet, in name order
+    /// (the order every node takes them in).
+    fn needs(&self, shims: &[String]) -> Vec<&'a Shim> {
+        let held = self.held();
+        let mut needs: Vec<&'a Shim> = shims
+            .iter()
+            .filter(|name| !self.statics.contains(*name)) // the node's own: no rollout
+            .filter_map(|name| self.cluster.iter().find(|s| s.name_any() == **name))
+            .filter(|shim| rolls_out(shim))
+            .filter(|shim| !held.iter().any(|(s, _, _)| s.name_any() == shim.name_any()))
+            .collect();
+        needs.sort_by_key(|s| s.name_any());
+        needs.dedup_by_key(|s| s.name_any());
+        needs
+    }
+
+    fn hold(&self, shim: &'a Shim, lease: ShimLease) {
         let mut held = self.held();
-        for name in shims {
-            if self.statics.contains(name) {
-                continue; // a static Shim: the node's own, no rollout
+        held.push((shim, lease, Instant::now()));
+        self.set_held(held);
+    }
+}
+
+impl Gate for SlotGate<'_> {
+    /// Every slot `shims` need, taken in name order, so no two nodes wait on each other. A
+    /// batch first tries all of its slots at once ([`batch`]) and keeps the longest prefix
+    /// it got; it waits only for the first one missing, then tries the rest again.
+    async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
+        let mut needs = self.needs(shims);
+        while let Some(first) = needs.first().copied() {
+            if needs.len() > 1 {
+                let got = self.try_all(&needs).await?;
+                for (shim, lease) in needs.iter().zip(got.iter()) {
+                    self.hold(shim, lease.clone());
+                }
+                needs.drain(..got.len());
+                if needs.is_empty() {
+                    break;
+                }
             }
-            let Some(shim) = self.cluster.iter().find(|s| s.name_any() == *name) else {
-                continue; // not the cluster's (a static Shim being removed)
-            };
-            if !rolls_out(shim) || held.iter().any(|(s, _, _)| s.name_any() == *name) {
-                continue;
-            }
-            let lease = self.acquire_one(shim).await?;
-            held.push((shim, lease, Instant::now()));
-            self.set_held(held.clone());
+            let first = needs.first().copied().unwrap_or(first);
+            let lease = self.acquire_one(first).await?;
+            self.hold(first, lease);
+            needs.remove(0);
         }
         Ok(())
     }
 
+    /// Every held slot not written within `fresh` renewed, all at once.
     async fn renew(&self) -> Result<(), GateError> {
-        let mut out = Vec::new();
-        for (shim, lease, at) in self.held() {
+        let renewals = self.held().into_iter().map(|(shim, lease, at)| async move {
             if at.elapsed() < self.timings.fresh {
-                out.push((shim, lease, at));
-                continue;
+                return Ok((shim, lease, at));
             }
             let l = self.write_own(lease, |l| self.taken(l)).await?;
-            out.push((shim, l, Instant::now()));
-        }
+            Ok((shim, l, Instant::now()))
+        });
+        let out = join_all(renewals)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, GateError>>()?;
         self.set_held(out);
         Ok(())
     }
 
+    /// Every held slot given back, all at once.
     async fn release(&self) {
-        for (shim, lease, _) in self.held() {
+        let releases = self.held().into_iter().map(|(shim, lease, _)| async move {
             let shim_gone = !lease
                 .owner_references()
                 .iter()
                 .any(|o| o.kind == "Shim" && Some(&o.uid) == shim.metadata.uid.as_ref());
             if shim_gone {
                 // the garbage collector deletes the slot with its Shim (a node may not)
-                continue;
+                return;
             }
             let r = self
                 .write_own(lease, |l| lease_edits::release(l, &self.me))
@@ -372,12 +432,14 @@ impl Gate for SlotGate<'_> {
                     tracing::warn!(shim = %shim.name_any(), "cannot release the rollout slot: {e}")
                 }
             }
-        }
+        });
+        join_all(releases).await;
         self.set_held(Vec::new());
     }
 
+    /// Every held slot kept and marked with the failure, all at once.
     async fn failed(&self, reason: &str) {
-        for (shim, lease, _) in self.held() {
+        let marks = self.held().into_iter().map(|(shim, lease, _)| async move {
             let f = Failure {
                 generation: shim.metadata.generation.unwrap_or_default(),
                 resume: resume_token(shim),
@@ -389,7 +451,8 @@ impl Gate for SlotGate<'_> {
             if let Err(e) = r {
                 tracing::warn!(shim = %shim.name_any(), "cannot mark the rollout slot failed: {e}");
             }
-        }
+        });
+        join_all(marks).await;
         self.set_held(Vec::new());
     }
 }

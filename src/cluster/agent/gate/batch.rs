@@ -1,0 +1,88 @@
+//! A batch's slots at once: when a transaction changes several Shims, the node lists all of
+//! their slots in one request and claims a free open slot of each at the same time, instead of
+//! one round trip after another.
+//!
+//! Deadlock freedom is that of ordered acquisition: the node keeps only the longest prefix
+//! (in name order) of what it got and gives the rest back before it waits for anything, so a
+//! node never waits while it holds a slot of a Shim after the one it waits for. A slot taken
+//! out of order is held for one round trip and never waited on.
+
+use futures_util::future::join_all;
+use kube::ResourceExt;
+use kube::api::{ListParams, PostParams};
+
+use super::{SlotGate, gone};
+use crate::api::Shim;
+use crate::api::lease::ShimLease;
+use crate::cluster::lease_edits;
+use crate::cluster::slots::{Claim, Closed, SLOT_SHIM_LABEL, candidates, claim, slot_of};
+use crate::txn::error::GateError;
+
+impl<'a> SlotGate<'a> {
+    /// Try every Shim of `needs` (in name order) at once; the slots of the longest prefix
+    /// taken, in order (the others taken are given back).
+    pub(super) async fn try_all(&self, needs: &[&'a Shim]) -> Result<Vec<ShimLease>, GateError> {
+        let names: Vec<String> = needs.iter().map(|s| s.name_any()).collect();
+        let lp =
+            ListParams::default().labels(&format!("{SLOT_SHIM_LABEL} in ({})", names.join(",")));
+        let list = self.api.list(&lp).await.map_err(|e| {
+            GateError::SlotUnavailable(format!(
+                "cannot list the slots of {}: {e}",
+                names.join(", ")
+            ))
+        })?;
+        let tries = needs.iter().map(|shim| self.try_one(shim, &list.items));
+        let got: Vec<Option<ShimLease>> = join_all(tries).await;
+        let prefix = got.iter().take_while(|g| g.is_some()).count();
+        let (kept, rest) = got.split_at(prefix);
+        let back = rest
+            .iter()
+            .flatten()
+            .map(|l| self.write_own(l.clone(), |l| lease_edits::release(l, &self.me)));
+        for r in join_all(back).await {
+            if let Err(e) = r {
+                tracing::warn!("cannot give back a slot taken out of order: {e}");
+            }
+        }
+        Ok(kept.iter().flatten().cloned().collect())
+    }
+
+    /// Take (or adopt) a free open slot of `shim` from `leases` at once; `None` when there is
+    /// none or a rival was quicker.
+    async fn try_one(&self, shim: &Shim, leases: &[ShimLease]) -> Option<ShimLease> {
+        let name = shim.name_any();
+        let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
+        let n = slots
+            .iter()
+            .filter(|s| s.closed != Some(Closed::Retired))
+            .count() as u32;
+        // every slot, in this node's rendezvous order (so nodes trying at once spread out)
+        let order = candidates(&self.my_uid, &name, n, n as usize, &Default::default());
+        let i = match claim(&self.me, &slots, &order) {
+            Claim::Adopt(i) | Claim::Take(i) => i,
+            Claim::Wait => return None,
+        };
+        let lease = leases
+            .iter()
+            .find(|l| slot_of(shim, l).is_some_and(|s| s.index == i))?;
+        match self
+            .api
+            .replace(
+                &lease.name_any(),
+                &PostParams::default(),
+                &self.taken(lease.clone()),
+            )
+            .await
+        {
+            Ok(l) => {
+                tracing::info!(shim = %name, slot = i, "took a rollout slot (batch)");
+                Some(l)
+            }
+            Err(e) if gone(&e) => None,
+            Err(e) => {
+                tracing::debug!(shim = %name, slot = i, "cannot take the slot: {e}");
+                None
+            }
+        }
+    }
+}
