@@ -2,8 +2,8 @@
 //! code per node, simulated hosts whose containerd restart takes T).
 //!
 //! For each run: total time against the ideal ⌈E/N⌉·T; API writes and watch events per node
-//! (from the API server's own `/metrics`: `apiserver_request_total` and
-//! `apiserver_watch_events_total`, before and after); 409 conflicts on slot Leases per slot
+//! (from the API server's own `/metrics`: `apiserver_request_total`,
+//! `apiserver_watch_events_total` and `apiserver_watch_events_sizes`, before and after); 409 conflicts on slot Leases per slot
 //! hand-off; the API server's CPU time and peak resident memory (from /proc); the peak of
 //! concurrent restarts (must be ≤ N). The concurrency timeline of one run goes to
 //! `target/fleet-timeline-<agents>-<maxUpdate>.csv` for `docs/plot-rollout`.
@@ -51,6 +51,8 @@ fn metrics(env: &KubeEnv) -> BTreeMap<String, f64> {
             }
         } else if key.starts_with("apiserver_watch_events_total{") {
             *out.entry("watch_events".into()).or_default() += v;
+        } else if key.starts_with("apiserver_watch_events_sizes_sum{") {
+            *out.entry("watch_bytes".into()).or_default() += v;
         }
     }
     out
@@ -123,9 +125,9 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "| agents | maxUpdate | N | T | total | ideal ⌈E/N⌉·T | vs ideal | writes/node | watch events/node | 409s per hand-off | apiserver CPU | apiserver RSS peak | peak restarting | violations |"
+        "| agents | maxUpdate | N | T | total | ideal ⌈E/N⌉·T | vs ideal | writes/node | watch events/node | watch KiB/node | 409s per hand-off | apiserver CPU | apiserver RSS peak | peak restarting | violations |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (k, spec) in runs.split(',').enumerate() {
         let (agents, mu) = spec.split_once(':').expect("agents:maxUpdate");
         let agents: usize = agents.parse().unwrap();
@@ -176,12 +178,13 @@ fn main() {
         };
         let handoffs = r.restarts.saturating_sub(n).max(1) as f64;
         println!(
-            "| {agents} | {mu} | {n} | {:.1} s | {rollout:.1} s (set-up incl.: {:.1} s) | {ideal:.1} s | {:+.1} % | {:.1} | {:.0} | {:.3} | {:.0} s ({:.0} % of one core) | {hwm:.0} MiB | {} | {} |",
+            "| {agents} | {mu} | {n} | {:.1} s | {rollout:.1} s (set-up incl.: {:.1} s) | {ideal:.1} s | {:+.1} % | {:.1} | {:.0} | {:.0} | {:.3} | {:.0} s ({:.0} % of one core) | {hwm:.0} MiB | {} | {} |",
             restart.as_secs_f64(),
             wall.as_secs_f64(),
             (rollout / ideal - 1.0) * 100.0,
             d("writes") / agents as f64,
             d("watch_events") / agents as f64,
+            d("watch_bytes") / 1024.0 / agents as f64,
             d("conflicts") / handoffs,
             cpu1 - cpu0,
             (cpu1 - cpu0) / wall.as_secs_f64() * 100.0,

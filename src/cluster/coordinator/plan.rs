@@ -158,7 +158,7 @@ fn plan_status(
         f.time,
     );
     let due = f.hold.due();
-    if previous == Some(&status) {
+    if previous == Some(&status) || previous.is_some_and(|p| progress_only(p, &status)) {
         return (StatusAction::Keep, due);
     }
     match f.last_status_write {
@@ -168,6 +168,46 @@ fn plan_status(
         }
         _ => (StatusAction::Write(Box::new(status)), due),
     }
+}
+
+/// Status writes per rollout: from 100 targeted nodes on, progress is written at each step of
+/// this share of them (2 %), so a rollout costs every watching agent about 50 status events
+/// however many nodes it has.
+const PROGRESS_STEPS: i32 = 50;
+
+/// Whether `new` differs from `previous` (the status as written) only by a rollout's
+/// progress that has not yet gone a step further: the counts of installed and updating nodes,
+/// the slots in use, and the condition messages that say them. Anything else that changes
+/// (a condition's status or reason, a failure, a halt, a generation, the targets) and the
+/// rollout's end are written at once.
+pub fn progress_only(previous: &ShimStatus, new: &ShimStatus) -> bool {
+    let counts = |s: &ShimStatus| s.nodes.clone().unwrap_or_default();
+    let (was, now) = (counts(previous), counts(new));
+    if now.targeted < 2 * PROGRESS_STEPS {
+        return false; // a small fleet: every change is written
+    }
+    let step = now.targeted / PROGRESS_STEPS;
+    let done = now.installed + now.failed >= now.targeted;
+    let stepped = now.installed / step != was.installed / step;
+    !done && !stepped && essentials(previous) == essentials(new)
+}
+
+/// A status without what a rollout's progress changes.
+fn essentials(s: &ShimStatus) -> ShimStatus {
+    let mut e = s.clone();
+    if let Some(n) = e.nodes.as_mut() {
+        n.installed = 0;
+        n.updating = 0;
+    }
+    if let Some(r) = e.rollout.as_mut() {
+        r.in_use = 0;
+        r.summary.clear();
+    }
+    for c in e.conditions.iter_mut().flatten() {
+        c.message = None;
+        c.last_transition_time = None;
+    }
+    e
 }
 
 #[cfg(test)]
@@ -290,5 +330,53 @@ mod tests {
         let a = plan(&s, &[node(false, false)], None, None);
         assert!(a.remove_finalizer);
         assert_eq!(a.runtime_class, ClassAction::Keep);
+    }
+
+    fn progress(targeted: i32, installed: i32, updating: i32, reason: &str) -> ShimStatus {
+        ShimStatus {
+            nodes: Some(crate::api::NodeCounts {
+                targeted,
+                installed,
+                updating,
+                failed: 0,
+            }),
+            conditions: Some(vec![crate::api::Condition {
+                type_: "Progressing".into(),
+                status: "True".into(),
+                reason: Some(reason.into()),
+                message: Some(format!("{installed} of {targeted} nodes")),
+                ..serde_json::from_value(serde_json::json!({"type": "x", "status": "x"})).unwrap()
+            }]),
+            ..ShimStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_big_rollouts_progress_is_written_every_two_percent_and_anything_else_at_once() {
+        let was = progress(1000, 100, 10, "RollingOut");
+        // 1000 nodes: a step is 20 nodes
+        assert!(progress_only(&was, &progress(1000, 110, 10, "RollingOut")));
+        assert!(progress_only(&was, &progress(1000, 100, 7, "RollingOut")));
+        assert!(!progress_only(&was, &progress(1000, 120, 10, "RollingOut")));
+        assert!(
+            !progress_only(&was, &progress(1000, 110, 10, "Halted")),
+            "a reason"
+        );
+        assert!(
+            !progress_only(&was, &progress(1001, 110, 10, "RollingOut")),
+            "the targets"
+        );
+        assert!(
+            !progress_only(
+                &progress(1000, 999, 1, "RollingOut"),
+                &progress(1000, 1000, 0, "RollingOut")
+            ),
+            "the end"
+        );
+        // fewer than 100 nodes: every change
+        assert!(!progress_only(
+            &progress(99, 10, 1, "RollingOut"),
+            &progress(99, 11, 0, "RollingOut")
+        ));
     }
 }
