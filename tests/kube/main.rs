@@ -25,5 +25,6 @@ mod kustomize;
 mod node_credential;
 mod readiness;
 mod resilience;
+mod retain;
 mod runtime_class;
 mod slots;
