@@ -11,7 +11,9 @@
 //! `cargo bench --bench fleet` runs `FLEET_RUNS` (default `1000:1,1000:10,1000:5%,1000:50`,
 //! each `agents:maxUpdate`) with `FLEET_RESTART_MS` (default 500). Needs the kube env.
 //! `FLEET_PER_RIVAL_MS` and `FLEET_CANDIDATES` override the agents' claim spacing and
-//! candidate count (their defaults: `GateTimings::default()`).
+//! candidate count (their defaults: `GateTimings::default()`). A run of more agents than
+//! `FLEET_AGENTS_PER_PROCESS` (default 1000) runs them in worker processes of that many each
+//! (`tests/support/fleet/procs.rs`): one process holds 20,000 descriptors here.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -94,11 +96,58 @@ fn proc_usage(pid: u32) -> (f64, f64, f64) {
     (cpu / ticks, kib("VmRSS:"), kib("VmHWM:"))
 }
 
+/// Sockets `pid` holds open now (its connections, listeners included).
+fn sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The most sockets `pid` held at once, sampled every second until `done` is set.
+fn peak_sockets(
+    pid: Option<u32>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            peak = peak.max(pid.map(sockets).unwrap_or(0));
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        peak
+    })
+}
+
+/// "p50 / p90 ms" of hand-off times in seconds.
+fn percentiles(xs: &[f64]) -> String {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+            .map(|x| x * 1000.0)
+    };
+    match (at(0.5), at(0.9)) {
+        (Some(a), Some(b)) => format!("{a:.0} / {b:.0} ms"),
+        _ => "-".into(),
+    }
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 fn main() {
+    // a worker process of a run split over several (FLEET_AGENTS_PER_PROCESS)
+    if support::fleet::procs::worker_main() {
+        return;
+    }
     let Some(env) = kube_env() else {
         eprintln!("no kube env: nothing measured");
         return;
@@ -125,9 +174,9 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "| agents | maxUpdate | N | T | total | ideal ⌈E/N⌉·T | vs ideal | writes/node | watch events/node | watch KiB/node | 409s per hand-off | apiserver CPU | apiserver RSS peak | peak restarting | violations |"
+        "| agents | maxUpdate | N | T | total | ideal ⌈E/N⌉·T | vs ideal | writes/node | watch events/node | watch KiB/node | per node per minute | 409s per hand-off | hand-off p50 / p90 | apiserver CPU | apiserver RSS peak | apiserver sockets peak | peak restarting | violations |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (k, spec) in runs.split(',').enumerate() {
         let (agents, mu) = spec.split_once(':').expect("agents:maxUpdate");
         let agents: usize = agents.parse().unwrap();
@@ -149,12 +198,18 @@ fn main() {
         if let Some(c) = env_u64("FLEET_CANDIDATES") {
             cfg.gate.candidates = c as usize;
         }
+        // one process holds 20,000 descriptors here: larger fleets run in worker processes
+        cfg.per_process = env_u64("FLEET_AGENTS_PER_PROCESS").unwrap_or(1000) as usize;
         let pid = apiserver_pid(env);
         let before = metrics(env);
         let cpu0 = pid.map(|p| proc_usage(p).0).unwrap_or(0.0);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = peak_sockets(pid, done.clone());
         let t = Instant::now();
         let r = rt.block_on(run_fleet(env, &cfg));
         let wall = t.elapsed();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let peak_sockets = sampler.join().unwrap_or(0);
         let after = metrics(env);
         let (cpu1, _, hwm) = pid.map(proc_usage).unwrap_or_default();
         let d = |k: &str| after.get(k).unwrap_or(&0.0) - before.get(k).unwrap_or(&0.0);
@@ -176,16 +231,21 @@ fn main() {
             (Some(a), Some(b)) => b - a + restart.as_secs_f64(),
             _ => 0.0,
         };
+        // per minute of the whole run, set-up included (the watch figures cover it too)
+        let minutes = wall.as_secs_f64() / 60.0;
         let handoffs = r.restarts.saturating_sub(n).max(1) as f64;
         println!(
-            "| {agents} | {mu} | {n} | {:.1} s | {rollout:.1} s (set-up incl.: {:.1} s) | {ideal:.1} s | {:+.1} % | {:.1} | {:.0} | {:.0} | {:.3} | {:.0} s ({:.0} % of one core) | {hwm:.0} MiB | {} | {} |",
+            "| {agents} | {mu} | {n} | {:.1} s | {rollout:.1} s (set-up incl.: {:.1} s) | {ideal:.1} s | {:+.1} % | {:.1} | {:.0} | {:.0} | {:.0} events, {:.0} KiB | {:.3} | {} | {:.0} s ({:.0} % of one core) | {hwm:.0} MiB | {peak_sockets} | {} | {} |",
             restart.as_secs_f64(),
             wall.as_secs_f64(),
             (rollout / ideal - 1.0) * 100.0,
             d("writes") / agents as f64,
             d("watch_events") / agents as f64,
             d("watch_bytes") / 1024.0 / agents as f64,
+            d("watch_events") / agents as f64 / minutes,
+            d("watch_bytes") / 1024.0 / agents as f64 / minutes,
             d("conflicts") / handoffs,
+            percentiles(&r.handoffs),
             cpu1 - cpu0,
             (cpu1 - cpu0) / wall.as_secs_f64() * 100.0,
             r.peak_restarting,

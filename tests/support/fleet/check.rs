@@ -31,6 +31,71 @@ pub struct Shared {
     pub violations: Vec<String>,
     pub timeline: Vec<(f64, usize, usize)>,
     pub slot_events: usize,
+    /// In a worker process: report restarts and violations to the parent (`procs`).
+    pub relay: bool,
+    /// In the parent of workers: each restart's start (+1) and end (-1) as the workers
+    /// stamped them, seconds since the run began; counted in time order by `recount`.
+    pub stamped: Vec<(f64, i32)>,
+    /// Slot releases as the checker saw them, seconds since the run began.
+    pub releases: Vec<f64>,
+}
+
+impl Shared {
+    /// Hand-off times, seconds: each release to the first restart that began after it and
+    /// is not matched to an earlier release.
+    pub fn handoffs(&self) -> Vec<f64> {
+        let mut starts: Vec<f64> = self
+            .stamped
+            .iter()
+            .filter(|x| x.1 > 0)
+            .map(|x| x.0)
+            .collect();
+        starts.sort_by(f64::total_cmp);
+        let mut releases = self.releases.clone();
+        releases.sort_by(f64::total_cmp);
+        let (mut j, mut out) = (0, Vec::new());
+        for r in releases {
+            while j < starts.len() && starts[j] < r {
+                j += 1;
+            }
+            if let Some(s) = starts.get(j) {
+                out.push(s - r);
+                j += 1;
+            }
+        }
+        out
+    }
+
+    /// The restart counts and the timeline from the workers' stamps in time order (their
+    /// reports reach the parent each through its own pipe, so arrival order could
+    /// interleave one node's end after another's start).
+    pub fn recount(&mut self) {
+        self.stamped.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // holder counts as the checker saw them, with the restarts merged in
+        let holders: Vec<(f64, usize)> = self.timeline.iter().map(|x| (x.0, x.2)).collect();
+        let (mut restarting, mut h, mut j) = (0i64, 0usize, 0usize);
+        let mut timeline = Vec::new();
+        self.peak_restarting = 0;
+        self.restarts = 0;
+        for &(t, delta) in &self.stamped {
+            while j < holders.len() && holders[j].0 <= t {
+                h = holders[j].1;
+                timeline.push((holders[j].0, restarting.max(0) as usize, h));
+                j += 1;
+            }
+            restarting += i64::from(delta);
+            if delta > 0 {
+                self.restarts += 1;
+            }
+            self.peak_restarting = self.peak_restarting.max(restarting.max(0) as usize);
+            timeline.push((t, restarting.max(0) as usize, h));
+        }
+        for &(t, hh) in &holders[j..] {
+            timeline.push((t, restarting.max(0) as usize, hh));
+        }
+        self.restarting = restarting.max(0) as usize;
+        self.timeline = timeline;
+    }
 }
 
 pub type SharedRef = Arc<Mutex<Shared>>;
@@ -44,6 +109,13 @@ pub fn note(shared: &SharedRef, t0: Instant, f: impl FnOnce(&mut Shared)) {
     s.timeline.push((t0.elapsed().as_secs_f64(), r, h));
 }
 
+/// In a worker process, one report line to the parent on stdout (`procs::relayed`).
+fn relay(shared: &SharedRef, kind: &str, what: &str) {
+    if shared.lock().unwrap().relay {
+        println!("{kind} {what}");
+    }
+}
+
 /// One restart under way; it ends when dropped (also when the agent is killed mid-restart).
 struct Restarting {
     shared: SharedRef,
@@ -52,9 +124,11 @@ struct Restarting {
 
 impl Restarting {
     fn start(shared: &SharedRef, t0: Instant) -> Restarting {
+        relay(shared, "R+", &super::procs::wall_ns().to_string());
         note(shared, t0, |s| {
             s.restarting += 1;
             s.restarts += 1;
+            s.stamped.push((t0.elapsed().as_secs_f64(), 1));
         });
         Restarting {
             shared: shared.clone(),
@@ -65,6 +139,7 @@ impl Restarting {
 
 impl Drop for Restarting {
     fn drop(&mut self) {
+        relay(&self.shared, "R-", &super::procs::wall_ns().to_string());
         note(&self.shared, self.t0, |s| s.restarting -= 1);
     }
 }
@@ -116,12 +191,12 @@ impl Restarter for &Host {
                 Err(_) => true, // the API server is busy: cannot tell, do not count
             };
             if !fresh {
-                note(&self.shared, self.t0, |s| {
-                    s.violations.push(format!(
-                        "{} restarted containerd without a slot renewed just before",
-                        self.name
-                    ))
-                });
+                let v = format!(
+                    "{} restarted containerd without a slot renewed just before",
+                    self.name
+                );
+                relay(&self.shared, "V", &v);
+                note(&self.shared, self.t0, |s| s.violations.push(v));
             }
         };
         let restart = async {
@@ -179,6 +254,7 @@ pub async fn checker(
             ));
         }
         if !was.is_empty() && holder.is_empty() {
+            s.releases.push(t0.elapsed().as_secs_f64());
             let freed_by_other = l.annotations().get(SLOT_FREED) == Some(&was);
             if freed_by_other && !deleted.contains(&was) {
                 s.violations.push(format!(

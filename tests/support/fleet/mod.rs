@@ -12,9 +12,7 @@
 //! - a deleted Node's slot freed, and a live node's slot never freed by anyone but itself.
 #![allow(dead_code)]
 
-use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,19 +22,19 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use shim_agent::api::lease::ShimLease;
 use shim_agent::cluster::agent::gate::GateTimings;
-use shim_agent::cluster::connect::Source;
-use shim_agent::cluster::session::{self, SessionConfig};
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 use shim_agent::cluster::{NAMESPACE, node_label};
-use shim_agent::state::Origin;
 
+mod agents;
 mod check;
+pub mod procs;
 
-use check::{Host, SharedRef, checker};
+use agents::{make_hosts, node_names, run_agents};
+use check::{SharedRef, checker};
 
 use super::agent_rig::fast;
 use super::kube::{KubeEnv, eventually};
-use super::live::{World, fake, world};
+use super::live::world;
 use super::shim_builder::ShimBuilder;
 use super::{Entry, real_elf, sha256_hex, tar_gz};
 
@@ -76,6 +74,9 @@ pub struct FleetConfig {
     /// under the manifests' RBAC and admission policies (tests); else all as the admin
     /// (benchmarks of 1000 agents: no certificate to mint per node).
     pub node_identities: bool,
+    /// Agents one process runs: a run of more goes to worker processes of this many agents
+    /// each (`procs`: benchmarks only; one process holds 20,000 descriptors here).
+    pub per_process: usize,
 }
 
 impl FleetConfig {
@@ -97,6 +98,7 @@ impl FleetConfig {
             max_deferral: GateTimings::default().max_deferral,
             gate: GateTimings::default(),
             node_identities: true,
+            per_process: usize::MAX,
         }
     }
 }
@@ -117,6 +119,8 @@ pub struct FleetReport {
     pub status: Option<shim_agent::api::ShimStatus>,
     /// (seconds since start, restarting, holders) at every change.
     pub timeline: Vec<(f64, usize, usize)>,
+    /// Release → next restart begins, seconds, per hand-off (`check::Shared::handoffs`).
+    pub handoffs: Vec<f64>,
 }
 
 impl FleetReport {
@@ -173,11 +177,19 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         .with_test_writer()
         .try_init();
     allow_inotify(cfg.agents);
+    if cfg.agents > cfg.per_process {
+        assert!(
+            cfg.failing.is_empty()
+                && cfg.crashing.is_empty()
+                && cfg.deleted.is_empty()
+                && !cfg.failover_on_halt
+                && cfg.refused == 0,
+            "worker processes run healthy fleets only"
+        );
+    }
     let admin = env.admin_client().await;
     let nodes: Api<KubeNode> = Api::all(admin.clone());
-    let names: Vec<String> = (0..cfg.agents)
-        .map(|i| format!("{}-{i}", cfg.run))
-        .collect();
+    let names = node_names(cfg);
     // a clean start: the Shim and Nodes of an earlier run gone
     force_delete_shim(&admin, &cfg.run).await;
     let lp = ListParams::default().labels(&format!("fleet={}", cfg.run));
@@ -201,13 +213,15 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         })
         .await;
 
-    let worlds: Vec<World> = (0..cfg.agents).map(|_| world()).collect();
-    let art = worlds[0].art.join("fleet.tgz");
+    // the artifact, served from its own directory (the agents may run in other processes)
+    let art_world = world();
+    let art = art_world.art.join("fleet.tgz");
     let bytes = tar_gz(&[Entry::File("containerd-shim-fleet-v2", real_elf(), 0o755)]);
     std::fs::write(&art, &bytes).unwrap();
     let url = format!("file://{}", art.display());
 
     let t0 = Instant::now();
+    let t0_wall = procs::wall_ns();
     let shared: SharedRef = Arc::default();
     shared.lock().unwrap().n = n_of(cfg);
     let deleted: BTreeSet<String> = cfg.deleted.iter().map(|i| names[*i].clone()).collect();
@@ -219,78 +233,18 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         shared.clone(),
         t0,
     ));
-    let hosts: Vec<Host> = (0..cfg.agents)
-        .map(|i| {
-            let mut inner = fake(&worlds[i]);
-            inner.restart_delay = cfg.restart;
-            if cfg.failing.contains(&i) {
-                inner.fail_verifies = (1..1000).collect();
-            }
-            Host {
-                name: names[i].clone(),
-                inner,
-                shared: shared.clone(),
-                t0,
-                slots: Api::namespaced(admin.clone(), NAMESPACE),
-                shim: cfg.run.clone(),
-                crash: Rc::new(tokio::sync::Notify::new()),
-                down_for: Cell::new(Duration::from_millis(500)),
-                skew_secs: skew(i),
-                crash_on_restart: Cell::new(cfg.crashing.contains(&i)),
-                delete_on_restart: Cell::new(cfg.deleted.contains(&i)),
-                nodes: nodes.clone(),
-            }
-        })
-        .collect();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let agents = futures_util::future::join_all((0..cfg.agents).map(|i| {
-        let host = &hosts[i];
-        let w = &worlds[i];
-        let stop = stop_rx.clone();
-        let (source, coordinator_source) = if cfg.node_identities {
-            (env.node_identity(&names[i]), env.coordinator_identity())
+    let workers = cfg.agents > cfg.per_process;
+    // in this process: every node's host and agent; with workers, none
+    let mine = if workers { 0..0 } else { 0..cfg.agents };
+    let (worlds, hosts) = make_hosts(cfg, mine, &shared, t0, &admin);
+    let agents = async {
+        if workers {
+            procs::run_workers(cfg, &shared, t0_wall, stop_rx).await;
         } else {
-            (env.admin.clone(), env.admin.clone())
-        };
-        let config = SessionConfig {
-            source: Source::Kubeconfig(source),
-            node_name: names[i].clone(),
-            coordinator_source: Some(Source::Kubeconfig(coordinator_source)),
-            coordinator: cfg.coordinator,
-            node_wait: Duration::from_secs(60),
-            credential_check: Duration::from_secs(3600),
-            gate: GateTimings {
-                clock_skew_secs: skew(i),
-                max_deferral: cfg.max_deferral,
-                ..cfg.gate
-            },
-            startup_taint: None,
-        };
-        async move {
-            loop {
-                let n = shim_agent::txn::Node {
-                    root: &w.root,
-                    settings: &w.settings,
-                    profile: shim_agent::profile::builtin("containerd"),
-                    platform: shim_agent::artifact::node_platform(),
-                    origin: Origin::Cluster,
-                    restarter: host,
-                    health: host,
-                };
-                tokio::select! {
-                    r = session::run(&n, config.clone(), stop.clone()) => {
-                        if let Err(e) = r {
-                            tracing::debug!(node = %host.name, error = %e, "agent ended");
-                        }
-                        return;
-                    }
-                    _ = host.crash.notified() => {}
-                }
-                // killed mid-restart: start again a moment later
-                tokio::time::sleep(host.down_for.get()).await;
-            }
+            run_agents(env, cfg, &worlds, &hosts, stop_rx).await;
         }
-    }));
+    };
     let shims: Api<shim_agent::api::Shim> = Api::all(admin.clone());
     let body = async {
         let yaml = shim_yaml(cfg, &url, &sha256_hex(&bytes));
@@ -434,7 +388,10 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
     let _ = nodes.delete_collection(&DeleteParams::default(), &lp).await;
     // the deleted Nodes' slots are freed by the coordinator: checked once the agents stopped
     checker.abort();
-    let s = shared.lock().unwrap();
+    let mut s = shared.lock().unwrap();
+    if workers {
+        s.recount();
+    }
     FleetReport {
         slots: n_slots,
         elapsed,
@@ -447,6 +404,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         violations: s.violations.clone(),
         status,
         timeline: s.timeline.clone(),
+        handoffs: s.handoffs(),
     }
 }
 
@@ -466,11 +424,6 @@ async fn force_delete_shim(admin: &Client, name: &str) {
         api.get_opt(name).await.ok()?.is_none().then_some(())
     })
     .await;
-}
-
-/// Every node's wall clock is off by up to ±1 h.
-fn skew(i: usize) -> i64 {
-    (i as i64 * 7919) % 7200 - 3600
 }
 
 /// N for the run's maxUpdate.
