@@ -19,6 +19,9 @@ use super::super::live::{World, fake, world};
 use super::FleetConfig;
 use super::check::{Host, SharedRef};
 
+/// How long an agent that ended with an error stays down: the service's `RestartSec`.
+const AGENT_RESTART: Duration = Duration::from_secs(5);
+
 /// The run's node names, in index order.
 pub fn node_names(cfg: &FleetConfig) -> Vec<String> {
     (0..cfg.agents)
@@ -65,7 +68,8 @@ pub fn make_hosts(
 }
 
 /// Run an agent per host until `stop` turns true; an agent killed mid-restart (its host's
-/// `crash`) starts again after its host's `down_for`.
+/// `crash`) starts again after its host's `down_for`, and one that ended with an error
+/// after [`AGENT_RESTART`], as systemd starts the service again.
 pub async fn run_agents(
     env: &KubeEnv,
     cfg: &FleetConfig,
@@ -107,10 +111,14 @@ pub async fn run_agents(
                 };
                 tokio::select! {
                     r = session::run(&n, config.clone(), stop.clone()) => {
-                        if let Err(e) = r {
-                            tracing::debug!(node = %host.name, error = %e, "agent ended");
+                        let Err(e) = r else { return };
+                        if *stop.borrow() {
+                            return;
                         }
-                        return;
+                        // as systemd restarts the service (Restart=on-failure, RestartSec=5)
+                        eprintln!("fleet: the agent of {} ended ({e}); started again in 5 s", host.name);
+                        tokio::time::sleep(AGENT_RESTART).await;
+                        continue;
                     }
                     _ = host.crash.notified() => {}
                 }
