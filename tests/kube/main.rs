@@ -28,3 +28,4 @@ mod resilience;
 mod retain;
 mod runtime_class;
 mod slots;
+mod slow_server;

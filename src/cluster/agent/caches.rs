@@ -98,24 +98,39 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                         return Ok(Some(Exit::Reconnect));
                     }
                 }
-                _ = &mut deadline => break,
+                _ = &mut deadline => {
+                    self.not_synced_yet(caches)?;
+                    deadline.as_mut().reset(Instant::now() + self.node_wait);
+                }
             }
         }
-        let node_synced = tokio::time::timeout(Duration::ZERO, caches.node.wait_until_ready())
-            .await
-            .is_ok();
+    }
+
+    /// `node_wait` passed before the caches were ready. A Node cache that synced without
+    /// this node's Node is a misconfigured name: an error. Watches that have not synced are
+    /// a slow or unreachable API server, or a missing permission: the watches retry with
+    /// backoff, so the agent says so and keeps waiting. Exiting instead made every agent of
+    /// a fleet list everything again when the API server was slow, which is what kept it
+    /// slow (BENCHMARKS.md: 5000 agents).
+    fn not_synced_yet(&self, caches: &Caches) -> anyhow::Result<()> {
+        let secs = self.node_wait.as_secs();
+        let node_synced = node_cache_ready(caches);
         if node_synced && caches.node.state().is_empty() {
             anyhow::bail!(
-                "no Node named {:?} in the cluster (waited {} s): set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)",
+                "no Node named {:?} in the cluster (waited {secs} s): set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)",
                 self.node_name,
-                self.node_wait.as_secs()
             )
         }
-        anyhow::bail!(
-            "the watches did not sync within {} s: check that the API server is reachable and that this identity may list Shims, its Node and its pods",
-            self.node_wait.as_secs()
-        )
+        tracing::warn!(
+            "the watches have not synced in {secs} s; still waiting: check that the API server is reachable and that this identity may list Shims, its Node and its pods"
+        );
+        Ok(())
     }
+}
+
+/// Whether the Node cache had its first sync (without waiting for it).
+fn node_cache_ready(caches: &Caches) -> bool {
+    futures_util::FutureExt::now_or_never(caches.node.wait_until_ready()).is_some_and(|r| r.is_ok())
 }
 
 /// What a round depends on: Shim identities and generations, this Node's labels, the pods'
