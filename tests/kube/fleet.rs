@@ -40,14 +40,14 @@ async fn changing_max_update_mid_rollout_grows_and_retires_slots_within_the_new_
     let Some(env) = kube_env() else { return };
     // 6 slots, then 2 once 8 nodes are done
     let mut cfg = FleetConfig::new("fleet-resize", 24, "6", Duration::from_millis(400));
-    cfg.resize = Some((8, "2".into(), 2));
+    cfg.resize = Some((8, "2".into()));
     let r = run_fleet(env, &cfg).await;
     eprintln!("{}", r.summary());
     assert!(r.violations.is_empty(), "{:#?}", r.violations);
     assert_eq!(r.installed, 24);
     // and back up: 1 slot, then 50 %
     let mut cfg = FleetConfig::new("fleet-grow", 16, "1", Duration::from_millis(300));
-    cfg.resize = Some((3, "\"50%\"".into(), 8));
+    cfg.resize = Some((3, "\"50%\"".into()));
     let r = run_fleet(env, &cfg).await;
     eprintln!("{}", r.summary());
     assert!(r.violations.is_empty(), "{:#?}", r.violations);

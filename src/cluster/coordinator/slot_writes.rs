@@ -24,6 +24,20 @@ use crate::cluster::slots::{
 };
 use crate::cluster::target::targets;
 
+/// True for a write that takes capacity away (deletes or closes a slot). These go first, and
+/// the others (stamps of the new N, openings, frees) only once all of them landed: a node
+/// that claimed a slot above a shrunk N while the coordinator planned makes that slot's
+/// delete fail, and a slot below N left open and stamped with the new N would then admit
+/// one more holder than N allows (`tests/kube/fleet.rs` caught it). Without the stamps, the
+/// open slots still show the old N, under which their claims were planned.
+fn narrows(action: &SlotAction) -> bool {
+    match action {
+        SlotAction::Delete { .. } => true,
+        SlotAction::Mark { closed, .. } => closed.is_some(),
+        SlotAction::Create { .. } | SlotAction::Free { .. } | SlotAction::Stamp { .. } => false,
+    }
+}
+
 /// The slots of `shim` the coordinator sees, with their Leases.
 pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
     leases
@@ -93,12 +107,34 @@ impl Rollout {
         let name = shim.name_any();
         let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
         actions.extend(plan_stamps(self.limits, &plain, &actions));
-        for action in actions {
-            match self.write(&api, shim, &action).await {
-                Ok(()) => tracing::debug!(shim = %name, ?action, "slot written"),
-                Err(e) => CoordinatorError::Slot(e).record(&format!("{name}: {action:?}")),
-            }
+        let (narrowing, rest): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
+        if self.write_all(&api, shim, &narrowing).await {
+            self.write_all(&api, shim, &rest).await;
+        } else {
+            tracing::debug!(shim = %name, "a slot moved while N shrank: the other writes wait for the next round");
         }
+    }
+
+    /// Write `actions` side by side (each guarded by its own resourceVersion); true when
+    /// every one landed.
+    async fn write_all(&self, api: &Api<ShimLease>, shim: &Shim, actions: &[SlotAction]) -> bool {
+        let name = &shim.name_any();
+        let writes = actions.iter().map(|action| async move {
+            match self.write(api, shim, action).await {
+                Ok(()) => {
+                    tracing::debug!(shim = %name, ?action, "slot written");
+                    true
+                }
+                Err(e) => {
+                    CoordinatorError::Slot(e).record(&format!("{name}: {action:?}"));
+                    false
+                }
+            }
+        });
+        futures_util::future::join_all(writes)
+            .await
+            .into_iter()
+            .all(|ok| ok)
     }
 
     /// One planned write of a slot Lease (a slot no longer listed is left for the next round).
@@ -155,5 +191,47 @@ impl Rollout {
                 None => Ok(()),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::slots::Closed;
+
+    fn slot(index: u32, holder: Option<&str>) -> Slot {
+        Slot {
+            index,
+            holder: holder.map(str::to_string),
+            resource_version: format!("rv{index}"),
+            failed: None,
+            closed: None,
+            count: Some(6),
+        }
+    }
+
+    #[test]
+    fn a_shrink_deletes_and_closes_before_it_stamps_the_new_n() {
+        // N 6 -> 2 with slot 0 held: slots 2..5 go (a delete each), slot 1 stays open
+        let slots: Vec<Slot> = (0..6).map(|i| slot(i, (i == 0).then_some("a"))).collect();
+        let limits = Limits {
+            slots: Some(2),
+            max_failures: 0,
+        };
+        let mut actions = plan_slots(limits, false, &slots, |_| false);
+        actions.extend(plan_stamps(limits, &slots, &actions));
+        let (first, then): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
+        assert_eq!(first.len(), 4, "{first:?}");
+        assert!(first.iter().all(|a| matches!(a, SlotAction::Delete { .. })));
+        assert_eq!(then.len(), 2, "the stamps of slots 0 and 1: {then:?}");
+        assert!(then.iter().all(|a| matches!(a, SlotAction::Stamp { .. })));
+        // a closing mark narrows, an opening one does not
+        let mark = |closed| SlotAction::Mark {
+            index: 0,
+            closed,
+            resource_version: "r".into(),
+        };
+        assert!(narrows(&mark(Some(Closed::Budget))));
+        assert!(!narrows(&mark(None)));
     }
 }

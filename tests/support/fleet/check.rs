@@ -14,7 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use shim_agent::api::lease::ShimLease;
 use shim_agent::cluster::NAMESPACE;
-use shim_agent::cluster::slots::{SLOT_CLOSED, SLOT_FREED, SLOT_SHIM_LABEL};
+use shim_agent::cluster::slots::{SLOT_CLOSED, SLOT_COUNT, SLOT_FREED, SLOT_SHIM_LABEL};
 use shim_agent::txn::{HealthCheck, Restarter};
 
 use super::super::live::FakeContainerd;
@@ -238,9 +238,12 @@ pub async fn checker(
     let cfg = watcher::Config::default().labels(&format!("{SLOT_SHIM_LABEL}={shim}"));
     let mut stream = watcher(api, cfg).applied_objects().boxed();
     let mut seen: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    let mut bound = Bound::default();
     while let Some(Ok(l)) = stream.next().await {
         let holder = l.spec.holder_identity.clone().unwrap_or_default();
         let closed = l.annotations().get(SLOT_CLOSED).cloned();
+        let stamp = l.annotations().get(SLOT_COUNT).and_then(|c| c.parse().ok());
+        let n_of_claim = bound.see(&l.name_any(), stamp);
         let before = seen.insert(l.name_any(), (holder.clone(), closed.clone()));
         let all_halted =
             !seen.is_empty() && seen.values().all(|(_, c)| c.as_deref() == Some("halted"));
@@ -267,12 +270,36 @@ pub async fn checker(
                 .push(format!("{holder} took a slot after the halt"));
         }
         s.holders = seen.values().filter(|(h, _)| !h.is_empty()).count();
-        if was.is_empty() && !holder.is_empty() && s.holders > s.n {
-            let (h, n) = (s.holders, s.n);
+        let n = n_of_claim.unwrap_or(s.n);
+        if was.is_empty() && !holder.is_empty() && s.holders > n {
+            let h = s.holders;
             s.violations
                 .push(format!("{holder} took a slot: {h} holders > N = {n}"));
         }
         drop(s);
         note(&shared, t0, |_| {});
+    }
+}
+
+/// The N a claim is held to, from the coordinator's stamps (`slot-count`) in the slots' own
+/// event order (one watch: no race with the status). Nodes never change a stamp, so a stamp
+/// that changes is the coordinator enacting an N. A claim on a slot stamped with the latest
+/// N is held to it; one on a slot still stamped with an older N was planned under that N
+/// (the coordinator stamps the open slots only once it has closed what a smaller N takes
+/// away), so it is held to the larger of the two.
+#[derive(Default)]
+struct Bound {
+    stamps: BTreeMap<String, usize>,
+    latest: Option<usize>,
+}
+
+impl Bound {
+    fn see(&mut self, slot: &str, stamp: Option<usize>) -> Option<usize> {
+        let c = stamp?;
+        if self.stamps.insert(slot.to_string(), c) != Some(c) {
+            self.latest = Some(c);
+        }
+        let latest = self.latest.unwrap_or(c);
+        Some(if c == latest { c } else { c.max(latest) })
     }
 }

@@ -56,9 +56,9 @@ pub struct FleetConfig {
     pub deleted: BTreeSet<usize>,
     /// How long the whole rollout may take.
     pub deadline: Duration,
-    /// Once this many nodes serve the handler, set maxUpdate to `.1` (YAML), which makes N
-    /// `.2`.
-    pub resize: Option<(usize, String, usize)>,
+    /// Once this many nodes serve the handler, set maxUpdate to `.1` (YAML); the checker
+    /// holds claims to the N the coordinator stamps on the slots.
+    pub resize: Option<(usize, String)>,
     /// When the rollout halts: kill the coordinator, check the halt outlives it, then resume
     /// with the annotation (else the run just ends there).
     pub failover_on_halt: bool,
@@ -261,7 +261,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                 .ok()
                 .and_then(|l| l.spec.holder_identity)
         };
-        let mut resized = None;
+        let mut resized = false;
         let mut failover: Option<(String, Option<Instant>)> = None;
         let mut resumed = false;
         let mut last_status;
@@ -282,27 +282,21 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == "RolloutHalted"))
                 .is_some_and(|c| c.status == "True");
-            let published_n = status.as_ref().and_then(|s| s.rollout.as_ref()?.slots);
             last_status = status;
-            if let Some((after, mu, n)) = &cfg.resize {
-                if resized.is_none() && installed >= *after {
-                    let patch = serde_json::json!({"spec": {"rolloutStrategy": {"rolling": {"maxUpdate": serde_yaml::from_str::<serde_json::Value>(mu).unwrap()}}}});
-                    shims
-                        .patch(
-                            &cfg.run,
-                            &kube::api::PatchParams::default(),
-                            &kube::api::Patch::Merge(&patch),
-                        )
-                        .await
-                        .unwrap();
-                    resized = Some(*n);
-                    let mut s = shared.lock().unwrap();
-                    s.n = s.n.max(*n);
-                }
-                // a smaller bound holds for acquisitions once the coordinator published it
-                if resized.is_some() && published_n == Some(*n as i32) {
-                    shared.lock().unwrap().n = *n;
-                }
+            if let Some((after, mu)) = &cfg.resize
+                && !resized
+                && installed >= *after
+            {
+                let patch = serde_json::json!({"spec": {"rolloutStrategy": {"rolling": {"maxUpdate": serde_yaml::from_str::<serde_json::Value>(mu).unwrap()}}}});
+                shims
+                    .patch(
+                        &cfg.run,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await
+                    .unwrap();
+                resized = true;
             }
             let restarting = shared.lock().unwrap().restarting;
             if cfg.failover_on_halt && halted && !resumed {
