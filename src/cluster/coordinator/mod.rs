@@ -200,10 +200,16 @@ impl Coordinator {
             .retain(|n| all.iter().any(|s| s.name_any() == n));
         // every Shim's slots first: a batch of new Shims gets all its slots before the
         // finalizers, RuntimeClasses and statuses, so its nodes can take them at once
-        let mut kept = Vec::with_capacity(all.len());
-        for shim in &all {
-            kept.push(self.keep_slots(shim, &views, &caches.leases).await);
-        }
+        // (side by side: a batch of K Shims costs one round trip, not K)
+        let kept: Vec<(Rollout, Hold)> = all
+            .iter()
+            .map(|shim| self.rollout_of(shim, &views, &caches.leases))
+            .collect();
+        let existing_nodes: BTreeSet<String> = views.iter().map(|n| n.name.clone()).collect();
+        let writes = all.iter().zip(&kept).map(|(shim, (rollout, hold))| {
+            rollout.keep_slots(&self.client, shim, &existing_nodes, *hold != Hold::Go)
+        });
+        futures_util::future::join_all(writes).await;
         for (shim, rollout) in all.into_iter().zip(kept) {
             let due = match self
                 .reconcile(&shim, &views, &caches.classes, rollout)
@@ -268,25 +274,21 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    /// A Shim's slot Leases kept as the rules say, and its rollout as they were before (the
-    /// status is computed from it). No slot opens for a generation its BeforeRollout
+    /// A Shim's rollout as its slots show it now (the status is computed from it), and
+    /// whether its slots may open: no slot opens for a generation its BeforeRollout
     /// extensions hold (or are asked about: the calls run beside this loop).
-    async fn keep_slots(
+    fn rollout_of(
         &mut self,
         shim: &Shim,
         nodes: &[NodeView],
         leases: &Store<ShimLease>,
     ) -> (Rollout, Hold) {
         let rollout = Rollout::of(shim, nodes, leases);
-        let existing_nodes: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let hold = if shim.metadata.deletion_timestamp.is_some() {
             Hold::Go
         } else {
             self.rollout_hooks.check(shim)
         };
-        rollout
-            .keep_slots(&self.client, shim, &existing_nodes, hold != Hold::Go)
-            .await;
         (rollout, hold)
     }
 
