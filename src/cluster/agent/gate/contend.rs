@@ -30,6 +30,14 @@ use crate::api::lease::ShimLease;
 use crate::cluster::slots::{Closed, SLOT_SHIM_LABEL, claim_delay, slot_index, slot_name, slot_of};
 use crate::txn::error::GateError;
 
+/// How soon a node lists again when none of its watches started.
+const RETRY_WATCH: Duration = Duration::from_secs(5);
+
+/// `relist` ±25 %, drawn from the node's UID, the Shim and the list's resourceVersion.
+fn relist_after(relist: Duration, node_uid: &str, shim: &str, listed: &str) -> Duration {
+    relist * 3 / 4 + claim_delay(node_uid, shim, listed, relist / 2)
+}
+
 /// What one list of a Shim's slots showed.
 pub struct Seen<'s> {
     /// N: the slots not retired.
@@ -84,8 +92,15 @@ impl SlotGate<'_> {
         shim: &Shim,
         seen: Seen<'_>,
     ) -> Result<Option<ShimLease>, GateError> {
-        let streams = self.watch_candidates(shim, &seen).await;
-        let mut relist = pin!(tokio::time::sleep(self.timings.relist));
+        let after = self.relist_after(shim, &seen);
+        let streams = self.watch_candidates(shim, &seen, after).await;
+        // no watch started (the API server refused or failed): list again soon
+        let wait = if streams.is_empty() {
+            after.min(RETRY_WATCH)
+        } else {
+            after
+        };
+        let mut relist = pin!(tokio::time::sleep(wait));
         if streams.is_empty() || seen.candidates.is_empty() {
             let mut events = select_all(streams);
             tokio::select! {
@@ -141,13 +156,28 @@ impl SlotGate<'_> {
     /// Watches of this node's candidate slots; with no candidate yet (the coordinator has not
     /// created the slots, or a failed node holds every one), of all the Shim's slots, until
     /// one appears.
+    /// When this wait ends and the slots are listed again: [`GateTimings::relist`] spread
+    /// over ±25 % by a hash of the node and of the list's version, so a fleet that began
+    /// waiting together does not list together again (5000 agents relisting every 30 s in
+    /// step held one API server's two cores).
+    fn relist_after(&self, shim: &Shim, seen: &Seen<'_>) -> Duration {
+        relist_after(
+            self.timings.relist,
+            &self.my_uid,
+            &shim.name_any(),
+            seen.resource_version,
+        )
+    }
+
     async fn watch_candidates(
         &self,
         shim: &Shim,
         seen: &Seen<'_>,
+        after: Duration,
     ) -> Vec<futures_util::stream::BoxStream<'static, kube::Result<WatchEvent<ShimLease>>>> {
         let name = shim.name_any();
-        let secs = self.timings.relist.as_secs().clamp(1, 290) as u32;
+        // kube's client reads for 295 s at most
+        let secs = after.as_secs().clamp(1, 290) as u32;
         let params: Vec<WatchParams> = if seen.candidates.is_empty() {
             vec![
                 WatchParams::default()
@@ -309,4 +339,31 @@ pub fn claim_window(shim: &Shim, n: u32, t: GateTimings) -> Duration {
     let per_slot = u32::try_from(per_slot).unwrap_or(u32::MAX);
     (t.per_rival.checked_mul(per_slot).unwrap_or(Duration::MAX))
         .clamp(t.claim_delay_max, Duration::from_secs(30))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fleet_that_listed_together_lists_again_spread_over_half_the_interval() {
+        let relist = Duration::from_secs(200);
+        let after: Vec<Duration> = (0..1000)
+            .map(|i| relist_after(relist, &format!("uid-{i}"), "wasm", "4711"))
+            .collect();
+        let (lo, hi) = (after.iter().min().unwrap(), after.iter().max().unwrap());
+        assert!(*lo >= Duration::from_secs(150) && *hi < Duration::from_secs(250));
+        assert!(*hi - *lo > Duration::from_secs(90), "{lo:?}..{hi:?}");
+        // no second among the 100 holds more than a few percent of the fleet
+        let mut per_second = BTreeMap::new();
+        for a in &after {
+            *per_second.entry(a.as_secs()).or_insert(0) += 1;
+        }
+        assert!(per_second.values().all(|n| *n < 40), "{per_second:?}");
+        // the same node draws anew at its next list
+        assert_ne!(
+            relist_after(relist, "uid-1", "wasm", "4711"),
+            relist_after(relist, "uid-1", "wasm", "4712")
+        );
+    }
 }

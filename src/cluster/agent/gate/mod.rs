@@ -59,7 +59,9 @@ pub struct GateTimings {
     /// after a release and costs more 409s from rivals that had not yet seen it taken
     /// (BENCHMARKS.md: 10 ms against 25 ms and 5 ms with 1000 agents).
     pub per_rival: Duration,
-    /// How long a wait lasts before the slots are listed again (N or failures may change).
+    /// How long a wait lasts, ±25 %, before the slots are listed again. Changes of N, close
+    /// marks and failures reach a waiting node through its candidates' events, and a watch
+    /// that ends brings a new list: this is the safety net, not the news.
     pub relist: Duration,
     /// Added to this node's wall clock in the times it writes (tests: skewed clocks; the
     /// protocol never compares them with another node's clock).
@@ -77,7 +79,7 @@ impl Default for GateTimings {
             candidates: 2,
             claim_delay_max: Duration::from_millis(20),
             per_rival: Duration::from_millis(10),
-            relist: Duration::from_secs(30),
+            relist: Duration::from_secs(200),
             clock_skew_secs: 0,
             max_deferral: Duration::from_secs(300),
             fresh: Duration::from_secs(1),
