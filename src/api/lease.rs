@@ -31,6 +31,9 @@ pub const SLOT_FREED: &str = "containerd.x-k8s.io/slot-freed-from";
 /// Annotation on a slot Lease: N, the Shim's slot count the coordinator keeps now. A waiting
 /// node that sees it differ from the N it chose its candidates by lists the slots again.
 pub const SLOT_COUNT: &str = "containerd.x-k8s.io/slot-count";
+/// Annotation on a slot Lease: how many nodes the Shim targeted when the coordinator created
+/// the slot. A waiting node sizes its claim window by it until the Shim has a status.
+pub const SLOT_TARGETED: &str = "containerd.x-k8s.io/slot-targeted";
 
 /// The same fields as `coordination.k8s.io/v1` LeaseSpec.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

@@ -13,11 +13,17 @@ use super::slots::{
     SLOT_SHIM_LABEL, slot_name,
 };
 use crate::api::Shim;
-use crate::api::lease::{ShimLease, ShimLeaseSpec};
+use crate::api::lease::{SLOT_TARGETED, ShimLease, ShimLeaseSpec};
 
 /// A new slot `index` of `shim`: labelled with its Shim, owned by it (deleted with it),
-/// closed with `closed` when set, stamped with `count`.
-pub fn create(shim: &Shim, index: u32, closed: Option<Closed>, count: Option<u32>) -> ShimLease {
+/// closed with `closed` when set, stamped with `count` and with the `targeted` nodes.
+pub fn create(
+    shim: &Shim,
+    index: u32,
+    closed: Option<Closed>,
+    count: Option<u32>,
+    targeted: u32,
+) -> ShimLease {
     let mut l = ShimLease::new(
         &slot_name(&shim.name_any(), index),
         ShimLeaseSpec::default(),
@@ -25,6 +31,8 @@ pub fn create(shim: &Shim, index: u32, closed: Option<Closed>, count: Option<u32
     l.metadata.namespace = Some(NAMESPACE.into());
     l.metadata.labels = Some([(SLOT_SHIM_LABEL.to_string(), shim.name_any())].into());
     l.metadata.owner_references = shim.controller_owner_ref(&()).map(|o| vec![o]);
+    l.annotations_mut()
+        .insert(SLOT_TARGETED.into(), targeted.to_string());
     stamp(close(l, closed), count)
 }
 
@@ -129,7 +137,11 @@ mod tests {
 
     #[test]
     fn take_then_release_gives_the_slot_back_as_it_was() {
-        let fresh = create(&shim(), 0, None, Some(3));
+        let fresh = create(&shim(), 0, None, Some(3), 7);
+        assert_eq!(
+            fresh.annotations().get(SLOT_TARGETED).map(String::as_str),
+            Some("7")
+        );
         assert_eq!(fresh.metadata.name.as_deref(), Some("s-slot-0"));
         assert_eq!(
             fresh.annotations().get(SLOT_COUNT).map(String::as_str),
@@ -162,7 +174,10 @@ mod tests {
             resume: String::new(),
             reason: "x".into(),
         };
-        let l = mark_failed(take(create(&shim(), 1, None, None), "n1", "u", now()), &f);
+        let l = mark_failed(
+            take(create(&shim(), 1, None, None, 0), "n1", "u", now()),
+            &f,
+        );
         assert!(l.annotations().contains_key(SLOT_FAILED));
         let freed = free(l);
         assert_eq!(freed.spec.holder_identity, None);

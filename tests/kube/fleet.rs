@@ -32,6 +32,8 @@ async fn a_rolling_update_never_restarts_more_than_n_nodes_and_survives_crashes_
         r.peak_restarting
     );
     assert!(!r.halted);
+    // every slot carries the fleet's size for the claim windows before the first status
+    assert_eq!(r.targeted, BTreeSet::from([Some("24".to_string())]));
 }
 
 #[tokio::test(flavor = "current_thread")]

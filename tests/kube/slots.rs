@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use shim_agent::api::Shim;
-use shim_agent::api::lease::{ShimLease, ShimLeaseSpec};
+use shim_agent::api::lease::{SLOT_TARGETED, ShimLease, ShimLeaseSpec};
 use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::lease_edits;
 use shim_agent::cluster::slots::{
@@ -255,6 +255,14 @@ async fn holds_to_its_own_slot(
         "stamp N = 50",
         coordinators,
     );
+    // a node that shrinks the fleet others see sizes their claim windows to its advantage
+    let mut e = taken.clone();
+    e.annotations_mut().insert(SLOT_TARGETED.into(), "1".into());
+    denied(
+        as_me.replace(name, &pp, &e).await,
+        "stamp 1 targeted node",
+        coordinators,
+    );
     let e = lease_edits::close(cur.clone(), Some(Closed::Budget));
     denied(as_me.replace(name, &pp, &e).await, "close it", coordinators);
     let mut e = taken.clone();
@@ -383,7 +391,7 @@ async fn no_node_identity_changes_what_of_a_slot_is_the_coordinators() {
     let admin: Api<ShimLease> = Api::namespaced(admin_client.clone(), NAMESPACE);
     let name = slot_name("kslots", 1);
     let _ = admin.delete(&name, &DeleteParams::default()).await;
-    let slot = lease_edits::create(&shim, 1, None, Some(2));
+    let slot = lease_edits::create(&shim, 1, None, Some(2), 2);
     eventually(10, "the old slot gone", || async {
         admin.create(&PostParams::default(), &slot).await.ok()
     })

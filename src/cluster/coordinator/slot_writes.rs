@@ -50,6 +50,8 @@ pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)
 /// Where a Shim's rollout stands.
 pub struct Rollout {
     pub limits: Limits,
+    /// The nodes the Shim selects.
+    pub targeted: u32,
     pub halted: bool,
     pub slots: Vec<(Slot, ShimLease)>,
 }
@@ -68,6 +70,7 @@ impl Rollout {
         );
         Rollout {
             limits,
+            targeted,
             halted,
             slots,
         }
@@ -159,7 +162,7 @@ impl Rollout {
         };
         match action {
             SlotAction::Create { index, closed } => {
-                let l = lease_edits::create(shim, *index, *closed, count);
+                let l = lease_edits::create(shim, *index, *closed, count, self.targeted);
                 api.create(&PostParams::default(), &l).await.map(|_| ())
             }
             SlotAction::Delete {

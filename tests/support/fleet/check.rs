@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::{DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use shim_agent::api::lease::SLOT_TARGETED;
 use shim_agent::api::lease::ShimLease;
 use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::slots::{SLOT_CLOSED, SLOT_COUNT, SLOT_FREED, SLOT_SHIM_LABEL};
@@ -38,6 +39,8 @@ pub struct Shared {
     pub stamped: Vec<(f64, i32)>,
     /// Slot releases as the checker saw them, seconds since the run began.
     pub releases: Vec<f64>,
+    /// The targeted nodes stamped on the slots as they first appeared.
+    pub targeted: BTreeSet<Option<String>>,
 }
 
 impl Shared {
@@ -249,6 +252,10 @@ pub async fn checker(
             !seen.is_empty() && seen.values().all(|(_, c)| c.as_deref() == Some("halted"));
         let mut s = shared.lock().unwrap();
         s.slot_events += 1;
+        if before.is_none() {
+            s.targeted
+                .insert(l.annotations().get(SLOT_TARGETED).cloned());
+        }
         let (was, was_closed) = before.unwrap_or_default();
         if was.is_empty() && !holder.is_empty() && was_closed.is_some() {
             s.violations.push(format!(

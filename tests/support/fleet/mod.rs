@@ -121,6 +121,8 @@ pub struct FleetReport {
     pub timeline: Vec<(f64, usize, usize)>,
     /// Release → next restart begins, seconds, per hand-off (`check::Shared::handoffs`).
     pub handoffs: Vec<f64>,
+    /// The targeted nodes stamped on the slots as they first appeared.
+    pub targeted: std::collections::BTreeSet<Option<String>>,
 }
 
 impl FleetReport {
@@ -403,6 +405,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         status,
         timeline: s.timeline.clone(),
         handoffs: s.handoffs(),
+        targeted: s.targeted.clone(),
     }
 }
 

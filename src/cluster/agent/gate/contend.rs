@@ -26,12 +26,17 @@ use tokio::time::Instant;
 
 use super::{GateTimings, SlotGate, gone};
 use crate::api::Shim;
-use crate::api::lease::ShimLease;
+use crate::api::lease::{SLOT_TARGETED, ShimLease};
 use crate::cluster::slots::{Closed, SLOT_SHIM_LABEL, claim_delay, slot_index, slot_name, slot_of};
 use crate::txn::error::GateError;
 
 /// How soon a node lists again when none of its watches started.
 const RETRY_WATCH: Duration = Duration::from_secs(5);
+
+/// The nodes targeted when `lease` was created, as the coordinator stamped them.
+pub(super) fn targeted(lease: &ShimLease) -> Option<u32> {
+    lease.annotations().get(SLOT_TARGETED)?.parse().ok()
+}
 
 /// `relist` ±25 %, drawn from the node's UID, the Shim and the list's resourceVersion.
 fn relist_after(relist: Duration, node_uid: &str, shim: &str, listed: &str) -> Duration {
@@ -214,7 +219,9 @@ impl SlotGate<'_> {
         let Some(s) = slot_of(shim, &lease) else {
             return Ok(None);
         };
-        if !(s.is_free() && s.is_open()) {
+        // many rivals (a big fleet, by the nodes stamped on the slot): contend as usual
+        let at_once = self.claims_at_once(shim, s.count.unwrap_or(1), targeted(&lease));
+        if !s.is_free() || !s.is_open() || !at_once {
             return Ok(None);
         }
         let mut w = Watched {
@@ -238,10 +245,11 @@ impl SlotGate<'_> {
             let w = view.get(i)?;
             let s = slot_of(shim, &w.lease)?;
             (s.is_free() && s.is_open() && !w.lost).then(|| {
-                if self.claims_at_once(shim, seen.n) {
+                if self.claims_at_once(shim, seen.n, targeted(&w.lease)) {
                     return (*i, w.since);
                 }
-                let window = claim_window(&self.latest(shim), seen.n, self.timings);
+                let window =
+                    claim_window(&self.latest(shim), seen.n, targeted(&w.lease), self.timings);
                 let at = w.since + claim_delay(&self.my_uid, &name, &s.resource_version, window);
                 (*i, at)
             })
@@ -326,14 +334,18 @@ impl SlotGate<'_> {
 /// before the next node tries; at least `claim_delay_max`, at most 30 s. The nodes waiting:
 /// the Shim's nodes still to do, from its status as this node's watch last saw it (the
 /// coordinator keeps it within seconds), spread over N slots and watched by `candidates`
-/// nodes each (or all N when fewer).
-pub fn claim_window(shim: &Shim, n: u32, t: GateTimings) -> Duration {
+/// nodes each (or all N when fewer). Before the Shim has a status, the nodes it targeted
+/// when its slots were created (`targeted`, stamped on them): a window at its floor then
+/// sent 5000 nodes at 250 new slots at once.
+pub fn claim_window(shim: &Shim, n: u32, targeted: Option<u32>, t: GateTimings) -> Duration {
     let n = u64::from(n.max(1));
     let waiting = shim
         .status
         .as_ref()
         .and_then(|s| s.nodes.as_ref())
-        .map_or(0, |c| (c.targeted - c.installed - c.failed).max(0) as u64);
+        .map_or(u64::from(targeted.unwrap_or(0)), |c| {
+            (c.targeted - c.installed - c.failed).max(0) as u64
+        });
     let watchers = (t.candidates as u64).clamp(1, n);
     let per_slot = waiting.saturating_mul(watchers) / n;
     let per_slot = u32::try_from(per_slot).unwrap_or(u32::MAX);

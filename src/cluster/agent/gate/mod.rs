@@ -230,13 +230,14 @@ impl<'a> SlotGate<'a> {
                 .map(|s| s.index)
                 .collect();
             let cands = candidates(&self.my_uid, &name, n, self.timings.candidates, &skip);
+            let targeted = leases.iter().filter_map(contend::targeted).max();
             let at_once = match claim(&self.me, &slots, &cands) {
                 Claim::Adopt(i) => {
                     tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
                     Some(i)
                 }
                 // few rivals: take it now, without watching first (a 409: wait as below)
-                Claim::Take(i) if self.claims_at_once(shim, n) => Some(i),
+                Claim::Take(i) if self.claims_at_once(shim, n, targeted) => Some(i),
                 Claim::Take(_) | Claim::Wait => None,
             };
             if let Some(i) = at_once {
@@ -295,8 +296,8 @@ impl<'a> SlotGate<'a> {
 
     /// Whether a free slot of `shim` (with `n` slots) is claimed at once, not after a hashed
     /// delay: while the claim window is at its floor (a rival or two per slot).
-    fn claims_at_once(&self, shim: &Shim, n: u32) -> bool {
-        claim_window(&self.latest(shim), n, self.timings) <= self.timings.claim_delay_max
+    fn claims_at_once(&self, shim: &Shim, n: u32, targeted: Option<u32>) -> bool {
+        claim_window(&self.latest(shim), n, targeted, self.timings) <= self.timings.claim_delay_max
     }
 
     fn shutting_down(&self) -> bool {
@@ -489,29 +490,47 @@ mod tests {
         let t = GateTimings::default();
         // few waiters: a few rivals' worth, or the floor
         assert_eq!(
-            claim_window(&shim_with(20, 5, 0), 5, t),
+            claim_window(&shim_with(20, 5, 0), 5, None, t),
             Duration::from_millis(60)
         );
-        assert_eq!(claim_window(&shim_with(2, 1, 0), 5, t), t.claim_delay_max);
+        assert_eq!(
+            claim_window(&shim_with(2, 1, 0), 5, None, t),
+            t.claim_delay_max
+        );
         // 1000 nodes, 10 slots, 2 candidates each: 200 rivals per slot, 10 ms apart
         assert_eq!(
-            claim_window(&shim_with(1000, 0, 0), 10, t),
+            claim_window(&shim_with(1000, 0, 0), 10, None, t),
             Duration::from_secs(2)
         );
         // done and failed nodes do not wait
         assert_eq!(
-            claim_window(&shim_with(1000, 900, 60), 10, t),
+            claim_window(&shim_with(1000, 900, 60), 10, None, t),
             Duration::from_millis(80)
         );
         // one slot for 5000: capped
         assert_eq!(
-            claim_window(&shim_with(5000, 0, 0), 1, t),
+            claim_window(&shim_with(5000, 0, 0), 1, None, t),
             Duration::from_secs(30)
         );
         // one slot: every waiting node watches it (not `candidates` times over)
         assert_eq!(
-            claim_window(&shim_with(100, 0, 0), 1, t),
+            claim_window(&shim_with(100, 0, 0), 1, None, t),
             Duration::from_millis(1000)
         );
+        // no status yet: the nodes stamped on the slots wait, not none (5000 nodes at 250
+        // slots: 40 rivals per slot); the status wins once there is one
+        let mut new = shim_with(0, 0, 0);
+        new.status = None;
+        assert_eq!(claim_window(&new, 250, None, t), t.claim_delay_max);
+        assert_eq!(
+            claim_window(&new, 250, Some(5000), t),
+            Duration::from_millis(400)
+        );
+        assert_eq!(
+            claim_window(&shim_with(5000, 4990, 0), 250, Some(5000), t),
+            t.claim_delay_max
+        );
+        // a small cluster still claims a new Shim's slot at once
+        assert_eq!(claim_window(&new, 1, Some(2), t), t.claim_delay_max);
     }
 }
