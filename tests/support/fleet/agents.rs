@@ -2,6 +2,7 @@
 //! per node, for all of a run's nodes or for a worker's share of them (`procs`).
 
 use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -77,8 +78,10 @@ pub async fn run_agents(
     hosts: &[Host],
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let candidates: BTreeSet<String> = node_names(cfg).into_iter().take(cfg.coordinators).collect();
     futures_util::future::join_all(hosts.iter().zip(worlds).map(|(host, w)| {
         let stop = stop.clone();
+        let candidate = candidates.contains(&host.name);
         let (source, coordinator_source) = if cfg.node_identities {
             (env.node_identity(&host.name), env.coordinator_identity())
         } else {
@@ -87,7 +90,7 @@ pub async fn run_agents(
         let config = SessionConfig {
             source: Source::Kubeconfig(source),
             node_name: host.name.clone(),
-            coordinator_source: Some(Source::Kubeconfig(coordinator_source)),
+            coordinator_source: candidate.then_some(Source::Kubeconfig(coordinator_source)),
             coordinator: cfg.coordinator,
             node_wait: Duration::from_secs(60),
             credential_check: Duration::from_secs(3600),

@@ -74,6 +74,10 @@ pub struct FleetConfig {
     /// under the manifests' RBAC and admission policies (tests); else all as the admin
     /// (benchmarks of 1000 agents: no certificate to mint per node).
     pub node_identities: bool,
+    /// The first this many agents also stand for the coordinator election, as an operator
+    /// gives the coordinator's credentials to a few trusted nodes (README): 5000 candidates
+    /// would each watch the coordinator lease on a second connection.
+    pub coordinators: usize,
     /// Agents one process runs: a run of more goes to worker processes of this many agents
     /// each (`procs`: benchmarks only; one process holds 20,000 descriptors here).
     pub per_process: usize,
@@ -98,6 +102,7 @@ impl FleetConfig {
             max_deferral: GateTimings::default().max_deferral,
             gate: GateTimings::default(),
             node_identities: true,
+            coordinators: 3,
             per_process: usize::MAX,
         }
     }
