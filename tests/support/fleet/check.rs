@@ -181,21 +181,25 @@ impl Restarter for &Host {
         let check = async {
             let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={}", self.shim));
             // Renewed by this node's own (skewed) clock within the 10 s before the restart
-            // began, and not after it.
-            let fresh = match self.slots.list(&lp).await {
-                Ok(list) => list.items.iter().any(|l| {
-                    l.spec.holder_identity.as_deref() == Some(&self.name)
-                        && l.annotations().get(SLOT_FREED).is_none()
-                        && l.spec
-                            .renew_time
-                            .as_ref()
-                            .is_some_and(|t| (0..=10).contains(&(began - t.0.as_second())))
-                }),
-                Err(_) => true, // the API server is busy: cannot tell, do not count
+            // began, and not after it: how long before (`None`: it held none).
+            let renewed_before = match self.slots.list(&lp).await {
+                Ok(list) => list
+                    .items
+                    .iter()
+                    .filter(|l| {
+                        l.spec.holder_identity.as_deref() == Some(&self.name)
+                            && l.annotations().get(SLOT_FREED).is_none()
+                    })
+                    .find_map(|l| Some(began - l.spec.renew_time.as_ref()?.0.as_second())),
+                Err(_) => Some(0), // the API server is busy: cannot tell, do not count
             };
-            if !fresh {
+            if !renewed_before.is_some_and(|s| (0..=10).contains(&s)) {
+                let why = match renewed_before {
+                    Some(s) => format!("its renewal is stamped {s} s before"),
+                    None => "the read-back shows it holding no slot".into(),
+                };
                 let v = format!(
-                    "{} restarted containerd without a slot renewed just before",
+                    "{} restarted containerd without a slot renewed just before ({why})",
                     self.name
                 );
                 relay(&self.shared, "V", &v);
