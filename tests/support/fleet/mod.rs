@@ -295,14 +295,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                 && installed >= *after
             {
                 let patch = serde_json::json!({"spec": {"rolloutStrategy": {"rolling": {"maxUpdate": serde_yaml::from_str::<serde_json::Value>(mu).unwrap()}}}});
-                shims
-                    .patch(
-                        &cfg.run,
-                        &kube::api::PatchParams::default(),
-                        &kube::api::Patch::Merge(&patch),
-                    )
-                    .await
-                    .unwrap();
+                merge_patch(&shims, &cfg.run, &patch).await;
                 resized = true;
             }
             let restarting = shared.lock().unwrap().restarting;
@@ -326,14 +319,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                         }
                         if since.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
                             let patch = serde_json::json!({"metadata": {"annotations": {shim_agent::cluster::slots::RESUME_ANNOTATION: "fleet-test-1"}}});
-                            shims
-                                .patch(
-                                    &cfg.run,
-                                    &kube::api::PatchParams::default(),
-                                    &kube::api::Patch::Merge(&patch),
-                                )
-                                .await
-                                .unwrap();
+                            merge_patch(&shims, &cfg.run, &patch).await;
                             resumed = true;
                         }
                     }
@@ -412,6 +398,18 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         handoffs: s.handoffs(),
         targeted: s.targeted.clone(),
     }
+}
+
+/// Merge `patch` into the Shim `name` (the run's resize and resume).
+async fn merge_patch(shims: &Api<shim_agent::api::Shim>, name: &str, patch: &serde_json::Value) {
+    shims
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .unwrap();
 }
 
 /// Delete a Shim whatever state it is in, and wait until it is gone.
