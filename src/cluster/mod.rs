@@ -7,7 +7,8 @@
 //! - the protocol both share, here: [`slots`] (pure: slot rules), [`lease_edits`] (every
 //!   edit of a slot Lease), [`nodestate`] (the per-node state annotation), [`target`] (which
 //!   Shims a node runs), [`connect`] (kubeconfig, node name, rotating credentials),
-//!   [`watch`] (reflectors that nudge a round), and [`session`] (`shim-agent run` with a
+//!   [`watch`] (reflectors that nudge a round), [`api_answer`] (what a failed request's
+//!   answer means), and [`session`] (`shim-agent run` with a
 //!   cluster: the agent, and the coordinator when this node has a coordinator identity).
 //!
 //! Agents never write a Shim's spec or status per node: every agent watches every Shim, so
@@ -15,6 +16,7 @@
 //! Node; only the coordinator writes a Shim (its finalizer and status).
 
 pub mod agent;
+pub mod api_answer;
 pub mod connect;
 pub mod coordinator;
 pub mod lease_edits;

@@ -129,9 +129,14 @@ pub enum GateError {
     /// The agent stops while it waits.
     #[error("the agent is shutting down")]
     ShuttingDown,
-    /// A read or write of the slots failed (the API server refused it or is away).
+    /// A read or write of the slots did not get through: the API server was away or
+    /// overloaded, or the slot kept changing. Nothing was tried; it may pass soon.
     #[error("{0}")]
     SlotUnavailable(String),
+    /// The API server refused a read or write of the slots (forbidden, invalid, ...): trying
+    /// again will not change that.
+    #[error("{0}")]
+    SlotRefused(String),
     /// The slot is held by another node now.
     #[error("slot {slot} is no longer held by {me}")]
     SlotLost { slot: String, me: String },
@@ -148,7 +153,8 @@ impl GateError {
     pub fn reason(&self) -> &'static str {
         match self {
             GateError::ShuttingDown => "ShuttingDown",
-            GateError::SlotUnavailable(_) => "SlotUnavailable",
+            GateError::SlotUnavailable(_) => SLOT_UNAVAILABLE,
+            GateError::SlotRefused(_) => "SlotRefused",
             GateError::SlotLost { .. } => "SlotLost",
             GateError::Refused(_) => "RefusedByExtension",
             GateError::ExtensionsUnknown(_) => "ExtensionsUnknown",
@@ -173,6 +179,19 @@ pub fn reason_of(e: &anyhow::Error) -> &'static str {
     }
     "TransactionFailed"
 }
+
+/// Whether a failed change only waits: it never began because no rollout slot could be had
+/// while the API server was away or overloaded. The node tries again soon, without calling it
+/// a failure of the Shim's: at 5000 nodes an overloaded server made thousands of nodes report
+/// `Failed` and back off for minutes, which slowed the rollout further.
+pub fn only_waits(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<TxnError>())
+        .any(|t| t.reason == TxnReason::NoSlot && t.cause == Some(SLOT_UNAVAILABLE))
+}
+
+/// The reason of [`GateError::SlotUnavailable`].
+const SLOT_UNAVAILABLE: &str = "SlotUnavailable";
 
 /// The Shims a failed change blames (empty: any Shim of its batch).
 pub fn blamed_by(e: &anyhow::Error) -> Vec<String> {

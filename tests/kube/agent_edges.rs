@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
 use shim_agent::api::load::parse_shims;
@@ -117,20 +116,6 @@ async fn a_node_name_that_matches_no_node_ends_the_agent_with_an_error_that_says
     assert_eq!(*f.restarts.borrow(), 0);
 }
 
-/// The Events regarding `name` (any kind), as (reason, note).
-async fn events_about(rig: &Rig, name: &str) -> Vec<(String, String)> {
-    let events: Api<Event> = Api::namespaced(rig.admin.clone(), "default");
-    events
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an_event_too() {
     let _serial = SERIAL.lock().await;
@@ -153,7 +138,7 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
         assert!(state.contains("RolledBack"), "{state}");
         assert_eq!(rig.label(shim).await, None);
         eventually(30, "a RolledBack Event on the Shim", || async {
-            events_about(&rig, shim)
+            rig.events_about(shim)
                 .await
                 .iter()
                 .any(|(r, n)| r == "RolledBack" && n.contains("rolled back"))
@@ -184,8 +169,8 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
         rig.env
             .apply(&shim_yaml(&rig.w, shim, "3", ("test", "ke-rollback")));
         eventually(30, "Upgraded Events on the Shim and the Node", || async {
-            let on_shim = events_about(&rig, shim).await;
-            let on_node = events_about(&rig, &rig.name).await;
+            let on_shim = rig.events_about(shim).await;
+            let on_node = rig.events_about(&rig.name).await;
             (on_shim.iter().any(|(r, _)| r == "Upgraded")
                 && on_node.iter().any(|(r, _)| r == "Upgraded"))
             .then_some(())
@@ -194,4 +179,88 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
     })
     .await;
     rig.force_delete(shim).await;
+}
+
+/// A batch that holds the slot of its first Shim while it waits for its second gives the
+/// first back as it was when the wait ends without a slot (here: the agent stops). Nothing
+/// was tried, so nothing is marked failed: a failure mark would count against the first
+/// Shim's `maxFailures` and could halt its rollout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_stops_waiting_gives_back_the_slots_it_took_unmarked() {
+    use kube::ResourceExt;
+    use shim_agent::api::lease::{SLOT_FAILED, ShimLease};
+    use shim_agent::cluster::{NAMESPACE, lease_edits, slots::slot_name};
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("ke-bwait").await else {
+        return;
+    };
+    let (a, b) = ("ke-bwait-a", "ke-bwait-b");
+    for n in [a, b] {
+        rig.force_delete(n).await;
+    }
+    let other = "ke-bwait-other";
+    rig.env
+        .create_node(other, &[("test", "ke-bwait-other")])
+        .await;
+    let other_uid = Api::<k8s_openapi::api::core::v1::Node>::all(rig.admin.clone())
+        .get(other)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let leases: Api<ShimLease> = Api::namespaced(rig.admin.clone(), NAMESPACE);
+    let f = fake(&rig.w);
+    with_agent(&rig, &f, || async {
+        // B's only slot, held by another node (which never gives it back)
+        rig.env
+            .apply(&shim_yaml(&rig.w, b, "1", ("test", "ke-bwait-nobody")));
+        let slot = eventually(30, "B's slot", || async {
+            leases.get_opt(&slot_name(b, 0)).await.unwrap()
+        })
+        .await;
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let held = lease_edits::take(slot, other, &other_uid, now);
+        leases
+            .replace(&slot_name(b, 0), &Default::default(), &held)
+            .await
+            .unwrap();
+        // A and B for this node, together: one batch (the Node gets the label both select
+        // once both exist), A's slot taken, B's waited for
+        let docs = [a, b].map(|n| shim_yaml(&rig.w, n, "1", ("bwait", "go")));
+        let (ok, out) = rig.env.apply(&docs.join("---\n"));
+        assert!(ok, "{out}");
+        eventually(30, "A's slot", || async {
+            leases.get_opt(&slot_name(a, 0)).await.unwrap()
+        })
+        .await;
+        let label = serde_json::json!({"metadata": {"labels": {"bwait": "go"}}});
+        Api::<k8s_openapi::api::core::v1::Node>::all(rig.admin.clone())
+            .patch(
+                &rig.name,
+                &Default::default(),
+                &kube::api::Patch::Merge(&label),
+            )
+            .await
+            .unwrap();
+        eventually(30, "A's slot held by this node", || async {
+            let l = leases.get_opt(&slot_name(a, 0)).await.unwrap()?;
+            (l.spec.holder_identity.as_deref() == Some(rig.name.as_str())).then_some(())
+        })
+        .await;
+    })
+    .await;
+    let l = leases.get(&slot_name(a, 0)).await.unwrap();
+    assert_eq!(l.spec.holder_identity, None, "A's slot given back");
+    assert!(
+        !l.annotations().contains_key(SLOT_FAILED),
+        "not marked failed: {:?}",
+        l.annotations()
+    );
+    assert_eq!(*f.restarts.borrow(), 0, "nothing was tried");
+    for n in [a, b] {
+        rig.force_delete(n).await;
+    }
 }

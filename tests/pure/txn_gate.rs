@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use shim_agent::state::Phase;
 use shim_agent::txn::TxnError;
-use shim_agent::txn::error::GateError;
+use shim_agent::txn::error::{GateError, only_waits};
 use shim_agent::txn::{Change, Gate};
 
 use crate::support::live::*;
@@ -14,7 +14,8 @@ use crate::support::live::*;
 #[derive(Default)]
 struct FakeGate {
     calls: RefCell<Vec<String>>,
-    refuse_acquire: bool,
+    /// The error `acquire` returns, if any.
+    refuse_acquire: Option<GateError>,
     refuse_renew: bool,
     /// The renewal never answers (the agent is stopped while it waits).
     hang_renew: bool,
@@ -25,8 +26,8 @@ impl Gate for FakeGate {
         self.calls
             .borrow_mut()
             .push(format!("acquire {}", shims.join(",")));
-        if self.refuse_acquire {
-            return Err(GateError::SlotUnavailable("the rollout is halted".into()));
+        if let Some(e) = &self.refuse_acquire {
+            return Err(e.clone());
         }
         Ok(())
     }
@@ -94,7 +95,7 @@ fn without_a_slot_nothing_on_the_host_changes() {
     let w = world();
     let f = fake(&w);
     let g = FakeGate {
-        refuse_acquire: true,
+        refuse_acquire: Some(GateError::SlotRefused("the rollout is halted".into())),
         ..Default::default()
     };
     let e = format!(
@@ -175,7 +176,7 @@ fn a_failure_says_its_reason_the_phase_it_reached_and_the_ports_typed_cause() {
     use Phase::*;
     let w = world();
     let no_slot = FakeGate {
-        refuse_acquire: true,
+        refuse_acquire: Some(GateError::SlotUnavailable("HTTP 429".into())),
         ..Default::default()
     };
     let e = apply(&w, &fake(&w), &no_slot, vec![shim(&w, "spin", "1")]).unwrap_err();
@@ -183,6 +184,19 @@ fn a_failure_says_its_reason_the_phase_it_reached_and_the_ports_typed_cause() {
         outcome(&e),
         ("NoSlot", Some(Fetched), Some("SlotUnavailable"))
     );
+    assert!(
+        only_waits(&e),
+        "the API server was away: the change only waits"
+    );
+
+    let w = world();
+    let refused = FakeGate {
+        refuse_acquire: Some(GateError::SlotRefused("HTTP 403".into())),
+        ..Default::default()
+    };
+    let e = apply(&w, &fake(&w), &refused, vec![shim(&w, "spin", "1")]).unwrap_err();
+    assert_eq!(outcome(&e), ("NoSlot", Some(Fetched), Some("SlotRefused")));
+    assert!(!only_waits(&e), "a refusal is a failure");
 
     let w = world();
     let lost = FakeGate {

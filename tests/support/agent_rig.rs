@@ -109,6 +109,21 @@ impl Rig {
         Some((c.status, c.reason.unwrap_or_default()))
     }
 
+    /// The Events regarding `name` (any kind), as (reason, note).
+    pub async fn events_about(&self, name: &str) -> Vec<(String, String)> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.admin.clone(), "default");
+        events
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+
     /// Remove a Shim whatever state it is in (test cleanup, and leftovers of an earlier run).
     pub async fn force_delete(&self, shim: &str) {
         let api = Api::<Shim>::all(self.admin.clone());

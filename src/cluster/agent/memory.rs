@@ -1,6 +1,7 @@
 //! The agent's memory between rounds, as one value with its rules, pure: which Shims failed and
 //! when each may run again ([`Memory::held`]), how a failed round is judged (who is to blame,
-//! or whether the batch runs one Shim at a time: [`judge`]), the solo retries, what was
+//! or whether the batch runs one Shim at a time, or only waits for the API server: [`judge`]),
+//! the solo retries, what was
 //! already reported (blocked uninstalls, conflicts, set-aside Shims) and when the Node must be
 //! written again.
 
@@ -28,6 +29,19 @@ pub fn spec_key(shim: &Shim) -> String {
 /// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
 pub const NODE_SYNC_RETRY_SECS: u64 = 5;
 
+/// Longest pause of a change that waits for the API server (no slot could be had): it
+/// doubles from one second up to this, drawn over its upper half per node.
+pub const WAIT_MAX_SECS: u64 = 30;
+
+/// A change that never began because the API server was away: no failure, a short pause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Waiting {
+    /// Waits in a row, for the pause's doubling.
+    times: u32,
+    /// When it may run again; `None` once that time came.
+    retry_at: Option<Instant>,
+}
+
 /// A failing change and when to try it again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -44,6 +58,8 @@ pub struct Failure {
 #[derive(Debug, Default)]
 pub struct Memory {
     failures: BTreeMap<String, Failure>,
+    /// Changes that wait for the API server (no failure: no Event, no note, no backoff).
+    waiting: BTreeMap<String, Waiting>,
     /// Shims to run one at a time (a batch failed without naming its culprit, or crashed).
     solo: BTreeSet<String>,
     /// Blocked uninstalls and the pods that blocked them, as last reported.
@@ -66,15 +82,22 @@ pub enum Judgement {
     Stopping,
     /// A batch failed without naming its culprit: run each change alone.
     RunAlone(Vec<String>),
+    /// Nothing was tried: no rollout slot could be had while the API server was away or
+    /// overloaded. These changes wait a little and try again; nobody failed.
+    Wait(Vec<String>),
     /// These Shims failed.
     Blame(Vec<String>),
 }
 
-/// Who a failed round blames: the one change, the Shims the error names (`blamed`), or, for a
-/// batch that names none, each change alone next.
-pub fn judge(work: &[String], blamed: &[String], stopping: bool) -> Judgement {
+/// Who a failed round blames: nobody when the agent stops or when it `only_waits` for the API
+/// server; else the one change, the Shims the error names (`blamed`), or, for a batch that
+/// names none, each change alone next.
+pub fn judge(work: &[String], blamed: &[String], stopping: bool, only_waits: bool) -> Judgement {
     if stopping {
         return Judgement::Stopping;
+    }
+    if only_waits {
+        return Judgement::Wait(work.to_vec());
     }
     let culprit: Vec<String> = match work {
         [one] => vec![one.clone()],
@@ -93,9 +116,11 @@ pub fn judge(work: &[String], blamed: &[String], stopping: bool) -> Judgement {
 impl Memory {
     /// The Shims that wait at `now` (their backoff not over).
     pub fn held(&self, now: Instant) -> BTreeSet<String> {
-        self.failures
-            .iter()
-            .filter(|(_, f)| f.retry_at.is_some_and(|t| t > now))
+        let failing = self.failures.iter().map(|(n, f)| (n, f.retry_at));
+        let waiting = self.waiting.iter().map(|(n, w)| (n, w.retry_at));
+        failing
+            .chain(waiting)
+            .filter(|(_, at)| at.is_some_and(|t| t > now))
             .map(|(name, _)| name.clone())
             .collect()
     }
@@ -108,6 +133,32 @@ impl Memory {
                 f.retry_at = None;
             }
         }
+        for w in self.waiting.values_mut() {
+            if w.retry_at.is_some_and(|t| t <= now) {
+                w.retry_at = None;
+            }
+        }
+    }
+
+    /// `names` wait for the API server from `now`; returns the pause: one second doubling per
+    /// wait in a row up to [`WAIT_MAX_SECS`], drawn over its upper half by `node` (so a fleet
+    /// turned away together does not come back together). No failure is recorded.
+    pub fn wait(&mut self, names: &[String], node: &str, now: Instant) -> Duration {
+        let times = names
+            .iter()
+            .filter_map(|n| self.waiting.get(n))
+            .map(|w| w.times)
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1);
+        let full = Duration::from_secs((1u64 << times.min(6).saturating_sub(1)).min(WAIT_MAX_SECS));
+        let drawn = crate::cluster::slots::claim_delay(node, "wait", &times.to_string(), full / 2);
+        let pause = full / 2 + drawn;
+        for n in names {
+            let retry_at = Some(now + pause);
+            self.waiting.insert(n.clone(), Waiting { times, retry_at });
+        }
+        pause
     }
 
     /// Run each of `names` alone from the next round on, which comes at once.
@@ -230,6 +281,7 @@ impl Memory {
     pub fn succeeded<'a>(&mut self, names: impl IntoIterator<Item = &'a String>) {
         for n in names {
             self.failures.remove(n);
+            self.waiting.remove(n);
         }
     }
 
@@ -256,6 +308,7 @@ impl Memory {
         self.failures
             .values()
             .filter_map(|f| f.retry_at)
+            .chain(self.waiting.values().filter_map(|w| w.retry_at))
             .chain(self.node_sync_due)
             .chain(other)
             .min()
@@ -295,18 +348,27 @@ mod tests {
     #[test]
     fn one_change_is_its_own_culprit_and_an_unnamed_batch_runs_alone() {
         let w = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(judge(&w(&["a"]), &[], false), Judgement::Blame(w(&["a"])));
         assert_eq!(
-            judge(&w(&["a", "b"]), &w(&["b"]), false),
+            judge(&w(&["a"]), &[], false, false),
+            Judgement::Blame(w(&["a"]))
+        );
+        assert_eq!(
+            judge(&w(&["a", "b"]), &w(&["b"]), false, false),
             Judgement::Blame(w(&["b"]))
         );
         assert_eq!(
-            judge(&w(&["a", "b"]), &[], false),
+            judge(&w(&["a", "b"]), &[], false, false),
             Judgement::RunAlone(w(&["a", "b"]))
         );
-        assert_eq!(judge(&w(&["a"]), &[], true), Judgement::Stopping);
+        assert_eq!(judge(&w(&["a"]), &[], true, false), Judgement::Stopping);
+        assert_eq!(judge(&w(&["a"]), &[], true, true), Judgement::Stopping);
+        // no slot while the API server was away: the whole batch waits, nobody is blamed
+        assert_eq!(
+            judge(&w(&["a", "b"]), &w(&["b"]), false, true),
+            Judgement::Wait(w(&["a", "b"]))
+        );
         // nothing tried (no real work), nothing named
-        assert_eq!(judge(&[], &[], false), Judgement::Blame(vec![]));
+        assert_eq!(judge(&[], &[], false, false), Judgement::Blame(vec![]));
     }
 
     #[test]
@@ -357,6 +419,41 @@ mod tests {
         assert!(m.take_rerun());
         assert!(!m.take_rerun());
         assert!(m.wants_rerun());
+    }
+
+    #[test]
+    fn a_change_that_waits_for_the_api_server_is_held_briefly_and_is_no_failure() {
+        let mut m = Memory::default();
+        let t0 = Instant::now();
+        let names = vec!["a".to_string(), "b".to_string()];
+        let first = m.wait(&names, "node-1", t0);
+        assert!(first >= Duration::from_millis(500) && first <= Duration::from_secs(1));
+        assert_eq!(m.held(t0), BTreeSet::from(["a".into(), "b".into()]));
+        assert_eq!(m.next_due(None), Some(t0 + first));
+        assert!(m.failing().is_empty() && m.notes().is_empty(), "no failure");
+        // it doubles while the server stays away, up to WAIT_MAX_SECS
+        let mut last = first;
+        for _ in 0..12 {
+            last = m.wait(&names, "node-1", t0);
+        }
+        let max = Duration::from_secs(WAIT_MAX_SECS);
+        assert!(last >= max / 2 && last <= max, "{last:?}");
+        assert!(m.held(t0 + max).is_empty());
+        m.expire(t0 + max);
+        assert_eq!(
+            m.next_due(None),
+            None,
+            "no past retry keeps the timer firing"
+        );
+        // nodes turned away together come back spread out
+        let pauses: BTreeSet<Duration> = (0..50)
+            .map(|i| Memory::default().wait(&names, &format!("node-{i}"), t0))
+            .collect();
+        assert!(pauses.len() > 40, "{pauses:?}");
+        // it went through: forgotten, the next wait starts short again
+        m.succeeded(&names);
+        assert!(m.held(t0).is_empty());
+        assert!(m.wait(&names, "node-1", t0) <= Duration::from_secs(1));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::memory::{self, Judgement};
 use crate::api::Shim;
 use crate::cluster::target::NodePlan;
 use crate::state::NodeState;
-use crate::txn::error::{blamed_by, reason_of};
+use crate::txn::error::{blamed_by, only_waits, reason_of};
 use crate::txn::{HealthCheck, Report, Restarter};
 
 /// The Event reason of a failed change: what was being done, from the failure's reason, whether
@@ -85,11 +85,20 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     ) {
         let message = format!("{e:#}");
         let stopping = self.shutdown.as_ref().is_some_and(|s| *s.borrow());
-        let culprits = match memory::judge(work, &blamed_by(&e), stopping) {
+        let culprits = match memory::judge(work, &blamed_by(&e), stopping, only_waits(&e)) {
             Judgement::Stopping => {
                 // The wait for a rollout slot ended because the agent stops: nothing was
                 // tried, nothing failed; the next start takes it up again.
                 tracing::info!("stopping before the transaction: {message}");
+                return;
+            }
+            Judgement::Wait(names) => {
+                let pause = self.memory.wait(&names, &self.node_name, Instant::now());
+                tracing::warn!(
+                    retry_in_ms = pause.as_millis() as u64,
+                    "waiting for the API server before {}: {message}",
+                    names.join(", ")
+                );
                 return;
             }
             Judgement::RunAlone(each) => {

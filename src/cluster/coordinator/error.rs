@@ -53,18 +53,7 @@ impl CoordinatorError {
         | CoordinatorError::Slot(e)
         | CoordinatorError::StartupTaint(e)
         | CoordinatorError::Election(e)) = self;
-        match e {
-            kube::Error::Api(s) => match s.code {
-                409 => "Conflict",
-                404 => "NotFound",
-                403 => "Forbidden",
-                400 | 422 => "Invalid",
-                429 | 500..=599 => "Unavailable",
-                _ => "Other",
-            },
-            kube::Error::HyperError(_) | kube::Error::Service(_) => "Unavailable",
-            _ => "Other",
-        }
+        crate::cluster::api_answer::ApiAnswer::of(e).as_str()
     }
 
     /// Someone else wrote first (a 409) or the object went (a 404): expected while agents

@@ -19,6 +19,29 @@ use crate::cluster::slots::{Claim, Closed, SLOT_SHIM_LABEL, candidates, claim, s
 use crate::txn::error::GateError;
 
 impl<'a> SlotGate<'a> {
+    /// Every slot of `shims`, in name order: the whole batch at once where free, else the
+    /// longest prefix, then a wait for the first one missing, and again.
+    pub(super) async fn acquire_in_order(&self, shims: &[String]) -> Result<(), GateError> {
+        let mut needs = self.needs(shims);
+        while let Some(first) = needs.first().copied() {
+            if needs.len() > 1 {
+                let got = self.try_all(&needs).await?;
+                for (shim, lease) in needs.iter().zip(got.iter()) {
+                    self.hold(shim, lease.clone());
+                }
+                needs.drain(..got.len());
+                if needs.is_empty() {
+                    break;
+                }
+            }
+            let first = needs.first().copied().unwrap_or(first);
+            let lease = self.acquire_one(first).await?;
+            self.hold(first, lease);
+            needs.remove(0);
+        }
+        Ok(())
+    }
+
     /// Try every Shim of `needs` (in name order) at once; the slots of the longest prefix
     /// taken, in order (the others taken are given back).
     pub(super) async fn try_all(&self, needs: &[&'a Shim]) -> Result<Vec<ShimLease>, GateError> {
@@ -26,10 +49,10 @@ impl<'a> SlotGate<'a> {
         let lp =
             ListParams::default().labels(&format!("{SLOT_SHIM_LABEL} in ({})", names.join(",")));
         let list = self.api.list(&lp).await.map_err(|e| {
-            GateError::SlotUnavailable(format!(
-                "cannot list the slots of {}: {e}",
-                names.join(", ")
-            ))
+            super::api_failed(
+                &e,
+                format!("cannot list the slots of {}: {e}", names.join(", ")),
+            )
         })?;
         let tries = needs.iter().map(|shim| self.try_one(shim, &list.items));
         let got: Vec<Option<ShimLease>> = join_all(tries).await;

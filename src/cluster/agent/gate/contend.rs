@@ -279,9 +279,10 @@ impl SlotGate<'_> {
                 w.lost = true;
                 Ok(None)
             }
-            Err(e) => Err(GateError::SlotUnavailable(format!(
-                "cannot take slot {i} of {name}: {e}"
-            ))),
+            Err(e) => Err(super::api_failed(
+                &e,
+                format!("cannot take slot {i} of {name}: {e}"),
+            )),
         }
     }
 

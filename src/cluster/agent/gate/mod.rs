@@ -33,6 +33,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
+use crate::cluster::api_answer::ApiAnswer;
 use crate::cluster::lease_edits;
 use crate::cluster::names::NAMESPACE;
 use crate::cluster::slots::{
@@ -118,6 +119,16 @@ fn now(skew_secs: i64) -> MicroTime {
 
 fn gone(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 404)
+}
+
+/// A read or write of the slots that failed with `e`, said as `what`: unavailable when it may
+/// pass soon (the API server was away or overloaded), refused otherwise.
+fn api_failed(e: &kube::Error, what: String) -> GateError {
+    if ApiAnswer::of(e).passes() {
+        GateError::SlotUnavailable(what)
+    } else {
+        GateError::SlotRefused(what)
+    }
 }
 
 impl<'a> SlotGate<'a> {
@@ -214,9 +225,11 @@ impl<'a> SlotGate<'a> {
             if self.shutting_down() {
                 return Err(GateError::ShuttingDown);
             }
-            let list = self.api.list(&lp).await.map_err(|e| {
-                GateError::SlotUnavailable(format!("cannot list the slots of {name}: {e}"))
-            })?;
+            let list = self
+                .api
+                .list(&lp)
+                .await
+                .map_err(|e| api_failed(&e, format!("cannot list the slots of {name}: {e}")))?;
             let rv = list.metadata.resource_version.clone().unwrap_or_default();
             let leases: Vec<ShimLease> = list.items;
             let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
@@ -288,9 +301,10 @@ impl<'a> SlotGate<'a> {
                 Ok(Some(l))
             }
             Err(e) if gone(&e) => Ok(None),
-            Err(e) => Err(GateError::SlotUnavailable(format!(
-                "cannot take slot {i} of {name}: {e}"
-            ))),
+            Err(e) => Err(api_failed(
+                &e,
+                format!("cannot take slot {i} of {name}: {e}"),
+            )),
         }
     }
 
@@ -324,7 +338,7 @@ impl<'a> SlotGate<'a> {
                         .api
                         .get(&name)
                         .await
-                        .map_err(|e| GateError::SlotUnavailable(format!("slot {name}: {e}")))?;
+                        .map_err(|e| api_failed(&e, format!("slot {name}: {e}")))?;
                     if cur.spec.holder_identity.as_deref() != Some(self.me.as_str()) {
                         return Err(GateError::SlotLost {
                             slot: name,
@@ -332,7 +346,7 @@ impl<'a> SlotGate<'a> {
                         });
                     }
                 }
-                Err(e) => return Err(GateError::SlotUnavailable(format!("slot {name}: {e}"))),
+                Err(e) => return Err(api_failed(&e, format!("slot {name}: {e}"))),
             }
         }
         Err(GateError::SlotUnavailable(format!(
@@ -376,26 +390,15 @@ impl<'a> SlotGate<'a> {
 impl Gate for SlotGate<'_> {
     /// Every slot `shims` need, taken in name order, so no two nodes wait on each other. A
     /// batch first tries all of its slots at once ([`batch`]) and keeps the longest prefix
-    /// it got; it waits only for the first one missing, then tries the rest again.
+    /// it got; it waits only for the first one missing, then tries the rest again. When that
+    /// fails, nothing was tried: the slots of the prefix go back as they were, not marked
+    /// failed (a failure mark counts against `maxFailures`).
     async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
-        let mut needs = self.needs(shims);
-        while let Some(first) = needs.first().copied() {
-            if needs.len() > 1 {
-                let got = self.try_all(&needs).await?;
-                for (shim, lease) in needs.iter().zip(got.iter()) {
-                    self.hold(shim, lease.clone());
-                }
-                needs.drain(..got.len());
-                if needs.is_empty() {
-                    break;
-                }
-            }
-            let first = needs.first().copied().unwrap_or(first);
-            let lease = self.acquire_one(first).await?;
-            self.hold(first, lease);
-            needs.remove(0);
+        let r = self.acquire_in_order(shims).await;
+        if r.is_err() {
+            self.release().await;
         }
-        Ok(())
+        r
     }
 
     /// Every held slot not written within `fresh` renewed, all at once.
@@ -532,5 +535,28 @@ mod tests {
         );
         // a small cluster still claims a new Shim's slot at once
         assert_eq!(claim_window(&new, 1, Some(2), t), t.claim_delay_max);
+    }
+
+    #[test]
+    fn a_slot_request_the_server_was_too_busy_for_may_pass_and_a_refusal_may_not() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("m", "r")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        for (code, reason) in [
+            (429, "SlotUnavailable"),
+            (503, "SlotUnavailable"),
+            (403, "SlotRefused"),
+            (422, "SlotRefused"),
+        ] {
+            assert_eq!(
+                api_failed(&api(code), "x".into()).reason(),
+                reason,
+                "{code}"
+            );
+        }
     }
 }
