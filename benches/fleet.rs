@@ -10,8 +10,7 @@
 //!
 //! `cargo bench --bench fleet` runs `FLEET_RUNS` (default `1000:1,1000:10,1000:5%,1000:50`,
 //! each `agents:maxUpdate`) with `FLEET_RESTART_MS` (default 500). Needs the kube env.
-//! `FLEET_PER_RIVAL_MS` and `FLEET_CANDIDATES` override the agents' claim spacing and
-//! candidate count (their defaults: `GateTimings::default()`). A run of more agents than
+//! A run of more agents than
 //! `FLEET_AGENTS_PER_PROCESS` (default 1000) runs them in worker processes of that many each
 //! (`tests/support/fleet/procs.rs`): one process holds 20,000 descriptors here.
 
@@ -191,13 +190,6 @@ fn main() {
         cfg.node_identities = false;
         // the agent's own defaults: status at most every 2 s, 15 s coordinator lease
         cfg.coordinator = shim_agent::cluster::coordinator::CoordinatorConfig::default();
-        // a study of the hand-off's knobs: FLEET_PER_RIVAL_MS, FLEET_CANDIDATES
-        if let Some(ms) = env_u64("FLEET_PER_RIVAL_MS") {
-            cfg.gate.per_rival = Duration::from_millis(ms);
-        }
-        if let Some(c) = env_u64("FLEET_CANDIDATES") {
-            cfg.gate.candidates = c as usize;
-        }
         // one process holds 20,000 descriptors here: larger fleets run in worker processes
         cfg.per_process = env_u64("FLEET_AGENTS_PER_PROCESS").unwrap_or(1000) as usize;
         let pid = apiserver_pid(env);

@@ -31,6 +31,9 @@ pub const SLOT_FREED: &str = "containerd.x-k8s.io/slot-freed-from";
 /// Annotation on a slot Lease: N, the Shim's slot count the coordinator keeps now. A waiting
 /// node that sees it differ from the N it chose its candidates by lists the slots again.
 pub const SLOT_COUNT: &str = "containerd.x-k8s.io/slot-count";
+/// Label on a slot Lease, written by the coordinator only: the node that takes the slot next.
+/// Nobody else may take it while it is free; the node watches the slots labelled for it.
+pub const SLOT_RESERVED_LABEL: &str = "containerd.x-k8s.io/slot-reserved-for";
 /// Annotation on a slot Lease: how many nodes the Shim targeted when the coordinator created
 /// the slot. A waiting node sizes its claim window by it until the Shim has a status.
 pub const SLOT_TARGETED: &str = "containerd.x-k8s.io/slot-targeted";

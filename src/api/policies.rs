@@ -5,9 +5,9 @@
 //! - `shim-agent-shim-writes`: agents (the coordinator, in practice) add and remove only the
 //!   cleanup finalizer of a Shim; spec, labels and annotations stay the operator's.
 //! - `shim-agent-slot-writes`: a node agent writes only rollout slots, takes a free open slot
-//!   only for itself, frees only its own, touches only its own Node among a slot's owners,
+//!   only for itself and only when it is reserved for nobody else, frees only its own, touches only its own Node among a slot's owners,
 //!   leaves another holder's renewals and failure mark alone, and changes nothing of a slot
-//!   that is the coordinator's (its Shim, close mark, N, other owners).
+//!   that is the coordinator's (its Shim, close mark, N, reservation, other owners).
 //! - `shim-agent-node-writes`: a dedicated node identity (not the kubelet's, which
 //!   NodeRestriction confines) writes only its own Node, and there only the Shim labels and
 //!   the state and startup-taint annotations.
@@ -22,7 +22,9 @@
 //!   RuntimeClass a Shim names can belong to no other owner.
 
 use super::lease::NAMESPACE;
-use super::lease::{SLOT_CLOSED, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL};
+use super::lease::{
+    SLOT_CLOSED, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_RESERVED_LABEL, SLOT_SHIM_LABEL,
+};
 use super::rbac::{
     AGENT_GROUP, AGENT_USER_PREFIX, COORDINATOR_GROUP, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT,
 };
@@ -183,11 +185,15 @@ pub fn slot_writes() -> serde_json::Value {
                 },
                 {
                     "expression": format!("request.operation != 'UPDATE' || ({} && {} && {} && {})", same_except("variables.oldL", "variables.newL", &[SLOT_HOLDER_LABEL]), same_except("variables.oldA", "variables.newA", &[SLOT_FAILED, SLOT_FREED]), same_list("ownerReferences.filter(r, r.kind != 'Node')"), same_list("finalizers")),
-                    "messageExpression": format!("'node ' + variables.me + ' may change, of a slot, only its holder, the times, the {SLOT_HOLDER_LABEL} label, the {SLOT_FAILED} mark and its own Node as an owner: the Shim it belongs to, its close mark, N and its other owners are the coordinator\\'s'"),
+                    "messageExpression": format!("'node ' + variables.me + ' may change, of a slot, only its holder, the times, the {SLOT_HOLDER_LABEL} label, the {SLOT_FAILED} mark and its own Node as an owner: the Shim it belongs to, its close mark, N, its reservation and its other owners are the coordinator\\'s'"),
                 },
                 {
                     "expression": format!("request.operation != 'UPDATE' || (variables.now == '' ? !('{SLOT_HOLDER_LABEL}' in variables.newL) : variables.newL[?'{SLOT_HOLDER_LABEL}'].orValue('') == variables.now) && (!('{SLOT_FREED}' in variables.newA) || ('{SLOT_FREED}' in variables.oldA && variables.oldA['{SLOT_FREED}'] == variables.newA['{SLOT_FREED}']))"),
                     "messageExpression": format!("'node ' + variables.me + ' must label a slot with its holder ({SLOT_HOLDER_LABEL}), and may remove but not write {SLOT_FREED}'"),
+                },
+                {
+                    "expression": format!("!(variables.was == '' && variables.now != '') || variables.oldL[?'{SLOT_RESERVED_LABEL}'].orValue(variables.now) == variables.now"),
+                    "messageExpression": format!("'node ' + variables.me + ' may not take a slot reserved for ' + variables.oldL[?'{SLOT_RESERVED_LABEL}'].orValue('') + ' ({SLOT_RESERVED_LABEL})'"),
                 },
                 {
                     "expression": format!("!(variables.was == '' && variables.now != '') || !('{SLOT_CLOSED}' in variables.oldA)"),

@@ -10,7 +10,7 @@ use kube::{Resource, ResourceExt};
 use super::names::NAMESPACE;
 use super::slots::{
     Closed, Failure, SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL,
-    SLOT_SHIM_LABEL, slot_name,
+    SLOT_RESERVED_LABEL, SLOT_SHIM_LABEL, slot_name,
 };
 use crate::api::Shim;
 use crate::api::lease::{SLOT_TARGETED, ShimLease, ShimLeaseSpec};
@@ -34,6 +34,21 @@ pub fn create(
     l.annotations_mut()
         .insert(SLOT_TARGETED.into(), targeted.to_string());
     stamp(close(l, closed), count)
+}
+
+/// The slot kept for `node` next (`None`: for nobody), by the coordinator.
+pub fn reserve(mut lease: ShimLease, node: Option<&str>) -> ShimLease {
+    match node {
+        Some(n) => {
+            lease
+                .labels_mut()
+                .insert(SLOT_RESERVED_LABEL.into(), n.to_string());
+        }
+        None => {
+            lease.labels_mut().remove(SLOT_RESERVED_LABEL);
+        }
+    }
+    lease
 }
 
 /// The slot taken (or renewed) by node `me` (its Node's UID `my_uid`) at `now`: the holder and

@@ -4,7 +4,8 @@
 //!   the Node's labels and state, and its rollout slot gate ([`agent::gate`]);
 //! - [`coordinator`]: the cluster-wide work of the elected coordinator: election, the pure
 //!   plan of each Shim, status, and the slot writes;
-//! - the protocol both share, here: [`slots`] (pure: slot rules), [`lease_edits`] (every
+//! - the protocol both share, here: [`slots`] (pure: slot rules), [`reservations`] (pure:
+//!   which waiting node each slot is kept for), [`lease_edits`] (every
 //!   edit of a slot Lease), [`nodestate`] (the per-node state annotation), [`target`] (which
 //!   Shims a node runs), [`connect`] (kubeconfig, node name, rotating credentials),
 //!   [`watch`] (reflectors that nudge a round), [`api_answer`] (what a failed request's
@@ -23,6 +24,7 @@ pub mod lease_edits;
 pub mod names;
 pub mod nodestate;
 pub mod readiness;
+pub mod reservations;
 pub mod session;
 pub mod slots;
 pub mod target;

@@ -18,22 +18,21 @@
 //!   maxFailures halts the rollout: every slot is closed, nodes mid-update finish (and their
 //!   slots stay closed when they release them). A new
 //!   generation or a new value of the resume annotation on the Shim reopens it.
-//! - Nothing frees a live node's slot on a timer, unless a stale timeout is configured; a
-//!   deleted Node's slot is freed.
+//! - Nothing frees a live node's slot on a timer; a deleted Node's slot is freed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
 
 use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
 
 pub use crate::api::lease::{
-    SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL,
+    SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_RESERVED_LABEL,
+    SLOT_SHIM_LABEL,
 };
 /// Annotation on a Shim: a new value resumes a halted rollout.
 pub const RESUME_ANNOTATION: &str = "containerd.x-k8s.io/resume-rollout";
@@ -141,10 +140,12 @@ impl std::ops::Deref for Closed {
 }
 
 /// A slot Lease as the coordinator and agents read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Slot {
     pub index: u32,
     pub holder: Option<String>,
+    /// The node the coordinator keeps it for next ([`SLOT_RESERVED_LABEL`]).
+    pub reserved: Option<String>,
     pub failed: Option<Failure>,
     pub closed: Option<Closed>,
     /// N as the coordinator last stamped it (`None`: not stamped yet).
@@ -195,6 +196,10 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
     Some(Slot {
         index,
         holder: lease.spec.holder_identity.clone().filter(|h| !h.is_empty()),
+        reserved: labels
+            .get(SLOT_RESERVED_LABEL)
+            .filter(|r| !r.is_empty())
+            .cloned(),
         failed,
         closed: ann
             .and_then(|a| a.get(SLOT_CLOSED))
@@ -272,6 +277,26 @@ pub enum SlotAction {
         index: u32,
         resource_version: String,
     },
+    /// Keep the slot for `node` next (`None`: for nobody): [`super::reservations`].
+    Reserve {
+        index: u32,
+        node: Option<String>,
+        resource_version: String,
+    },
+}
+
+impl SlotAction {
+    /// The slot it writes.
+    pub fn index(&self) -> u32 {
+        match self {
+            SlotAction::Create { index, .. }
+            | SlotAction::Delete { index, .. }
+            | SlotAction::Mark { index, .. }
+            | SlotAction::Free { index, .. }
+            | SlotAction::Stamp { index, .. }
+            | SlotAction::Reserve { index, .. } => *index,
+        }
+    }
 }
 
 /// The coordinator's writes for a Shim's slots. `gone` says whether a holder is no longer a
@@ -388,15 +413,7 @@ pub fn plan_stamps(limits: Limits, slots: &[Slot], planned: &[SlotAction]) -> Ve
     let Some(n) = limits.slots else {
         return Vec::new();
     };
-    let written = |i: u32| {
-        planned.iter().any(|a| match a {
-            SlotAction::Create { index, .. }
-            | SlotAction::Delete { index, .. }
-            | SlotAction::Mark { index, .. }
-            | SlotAction::Free { index, .. }
-            | SlotAction::Stamp { index, .. } => *index == i,
-        })
-    };
+    let written = |i: u32| planned.iter().any(|a| a.index() == i);
     slots
         .iter()
         .filter(|s| s.index < n && s.count != Some(n) && !written(s.index))
@@ -446,52 +463,32 @@ pub enum Claim {
     Adopt(u32),
     /// Take this free open slot.
     Take(u32),
-    /// Nothing free among the candidates: wait for a change.
+    /// Nothing to take: wait for a slot reserved for this node.
     Wait,
 }
 
-/// The claim of node `me` given the slots it sees (its candidates, and any it holds).
-pub fn claim(me: &str, slots: &[Slot], candidates: &[u32]) -> Claim {
+/// The claim of node `me` given the slots it sees: one it holds; else a free open slot
+/// reserved for it; else, when `unreserved` (few rivals), the first free open slot reserved
+/// for nobody in `order` (this node's rendezvous order, so nodes claiming at once spread).
+pub fn claim(me: &str, slots: &[Slot], order: &[u32], unreserved: bool) -> Claim {
     if let Some(s) = slots.iter().find(|s| s.holder.as_deref() == Some(me)) {
         return Claim::Adopt(s.index);
     }
-    candidates
+    let takeable = |s: &&Slot| s.is_free() && s.is_open();
+    if let Some(s) = slots
         .iter()
+        .filter(takeable)
+        .find(|s| s.reserved.as_deref() == Some(me))
+    {
+        return Claim::Take(s.index);
+    }
+    order
+        .iter()
+        .filter(|_| unreserved)
         .filter_map(|i| slots.iter().find(|s| s.index == *i))
-        .find(|s| s.is_free() && s.is_open())
+        .filter(takeable)
+        .find(|s| s.reserved.is_none())
         .map_or(Claim::Wait, |s| Claim::Take(s.index))
-}
-
-/// When each held slot last changed, on this observer's own monotonic clock: the only clock
-/// a stale timeout may use (another node's `renewTime` says nothing about this clock).
-#[derive(Debug, Clone, Default)]
-pub struct Staleness {
-    seen: BTreeMap<u32, (String, Instant)>,
-}
-
-impl Staleness {
-    /// Note the slots as read at `now`: a new resourceVersion restarts that slot's clock.
-    pub fn observe(&mut self, slots: &[Slot], now: Instant) {
-        self.seen.retain(|i, _| slots.iter().any(|s| s.index == *i));
-        for s in slots {
-            match self.seen.get(&s.index) {
-                Some((rv, _)) if *rv == s.resource_version => {}
-                _ => {
-                    self.seen.insert(s.index, (s.resource_version.clone(), now));
-                }
-            }
-        }
-    }
-
-    /// True when `slot` is held and has not changed for `after` (never without a timeout).
-    pub fn is_stale(&self, slot: &Slot, now: Instant, after: Option<Duration>) -> bool {
-        let (Some(after), false) = (after, slot.is_free()) else {
-            return false;
-        };
-        self.seen.get(&slot.index).is_some_and(|(rv, at)| {
-            *rv == slot.resource_version && now.duration_since(*at) >= after
-        })
-    }
 }
 
 #[cfg(test)]

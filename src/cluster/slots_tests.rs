@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::BTreeMap;
 
 fn shim(yaml_rollout: &str) -> Shim {
     let y = format!(
@@ -14,10 +15,8 @@ fn slot(index: u32, holder: Option<&str>) -> Slot {
     Slot {
         index,
         holder: holder.map(str::to_string),
-        failed: None,
-        closed: None,
-        count: None,
         resource_version: format!("rv{index}"),
+        ..Slot::default()
     }
 }
 
@@ -103,6 +102,11 @@ fn apply(slots: &mut Vec<Slot>, actions: &[SlotAction]) {
                 }
             }
             SlotAction::Stamp { .. } => {}
+            SlotAction::Reserve { index, node, .. } => {
+                if let Some(s) = slots.iter_mut().find(|s| s.index == *index) {
+                    s.reserved = node.clone();
+                }
+            }
             SlotAction::Free { index, .. } => {
                 if let Some(s) = slots.iter_mut().find(|s| s.index == *index) {
                     s.holder = None;
@@ -354,36 +358,35 @@ fn a_restarted_agent_adopts_its_own_slot_before_taking_another() {
     let mut mine = slot(4, Some("me"));
     mine.closed = Some("halted".into());
     let slots = vec![slot(0, None), mine];
-    assert_eq!(claim("me", &slots, &[0]), Claim::Adopt(4));
-    assert_eq!(claim("you", &slots, &[0, 4]), Claim::Take(0));
+    assert_eq!(claim("me", &slots, &[0], true), Claim::Adopt(4));
+    assert_eq!(claim("you", &slots, &[0, 4], true), Claim::Take(0));
     let mut closed = slot(0, None);
     closed.closed = Some("budget".into());
-    assert_eq!(claim("you", &[closed], &[0]), Claim::Wait);
+    assert_eq!(claim("you", &[closed], &[0], true), Claim::Wait);
 }
 
-#[tokio::test(start_paused = true)]
-async fn staleness_runs_on_the_observers_clock_and_only_with_a_timeout() {
-    let mut st = Staleness::default();
-    let mut s = slot(0, Some("n"));
-    st.observe(std::slice::from_ref(&s), Instant::now());
-    let after = Some(Duration::from_secs(60));
-    tokio::time::advance(Duration::from_secs(59)).await;
-    assert!(!st.is_stale(&s, Instant::now(), after));
-    // a renewal (new resourceVersion) restarts the clock
-    s.resource_version = "rv-renewed".into();
-    st.observe(std::slice::from_ref(&s), Instant::now());
-    tokio::time::advance(Duration::from_secs(59)).await;
-    assert!(!st.is_stale(&s, Instant::now(), after));
-    tokio::time::advance(Duration::from_secs(1)).await;
-    assert!(st.is_stale(&s, Instant::now(), after));
-    assert!(
-        !st.is_stale(&s, Instant::now(), None),
-        "no timeout: never stale"
-    );
-    tokio::time::advance(Duration::from_secs(3600)).await;
-    assert!(
-        !st.is_stale(&slot(0, None), Instant::now(), after),
-        "a free slot is not stale"
+#[test]
+fn a_node_takes_the_slot_reserved_for_it_and_never_one_reserved_for_another() {
+    let reserved = |i, holder, r: &str| {
+        let mut s = slot(i, holder);
+        s.reserved = Some(r.into());
+        s
+    };
+    let slots = vec![
+        reserved(0, None, "other"),
+        reserved(1, None, "me"),
+        slot(2, None),
+    ];
+    // its own reservation first, whatever its rendezvous order
+    assert_eq!(claim("me", &slots, &[0, 2, 1], false), Claim::Take(1));
+    // an unreserved slot only with few rivals, and never another's
+    assert_eq!(claim("you", &slots, &[0, 2], true), Claim::Take(2));
+    assert_eq!(claim("you", &slots, &[0, 2], false), Claim::Wait);
+    assert_eq!(claim("you", &slots[..1], &[0], true), Claim::Wait);
+    // reserved for it but still held: wait for the release
+    assert_eq!(
+        claim("me", &[reserved(1, Some("x"), "me")], &[1], true),
+        Claim::Wait
     );
 }
 

@@ -354,6 +354,64 @@ async fn holds_to_its_own_slot(
         .replace(name, &pp, &lease_edits::release(theirs, other))
         .await
         .unwrap();
+    // a reservation is the coordinator's: no node writes, moves or drops it, and nobody
+    // takes a slot reserved for another (a reservation cannot be used to steal)
+    denied(
+        as_me
+            .replace(name, &pp, &lease_edits::reserve(open.clone(), Some(me)))
+            .await,
+        "reserve a slot for itself",
+        coordinators,
+    );
+    let theirs = admin
+        .replace(name, &pp, &lease_edits::reserve(open, Some(other)))
+        .await
+        .unwrap();
+    denied(
+        as_me
+            .replace(
+                name,
+                &pp,
+                &lease_edits::take(theirs.clone(), me, my_uid, at()),
+            )
+            .await,
+        "take a slot reserved for another",
+        &format!("may not take a slot reserved for {other}"),
+    );
+    denied(
+        as_me
+            .replace(
+                name,
+                &pp,
+                &lease_edits::take(lease_edits::reserve(theirs.clone(), None), me, my_uid, at()),
+            )
+            .await,
+        "drop another's reservation and take the slot",
+        coordinators,
+    );
+    denied(
+        as_me
+            .replace(name, &pp, &lease_edits::reserve(theirs.clone(), Some(me)))
+            .await,
+        "move another's reservation to itself",
+        coordinators,
+    );
+    let reserved = admin
+        .replace(name, &pp, &lease_edits::reserve(theirs, Some(me)))
+        .await
+        .unwrap();
+    let mine = as_me
+        .replace(name, &pp, &lease_edits::take(reserved, me, my_uid, at()))
+        .await
+        .unwrap_or_else(|e| panic!("{who}: take the slot reserved for it: {e}"));
+    let open = as_me
+        .replace(name, &pp, &lease_edits::release(mine, me))
+        .await
+        .unwrap_or_else(|e| panic!("{who}: release it: {e}"));
+    let open = admin
+        .replace(name, &pp, &lease_edits::reserve(open, None))
+        .await
+        .unwrap();
     // what the agent does to its own: take, mark failed, release
     let mine = as_me
         .replace(name, &pp, &lease_edits::take(open, me, my_uid, at()))

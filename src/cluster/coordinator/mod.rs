@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use super::names::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
 use super::nodestate::parse_states;
 use super::readiness;
+use super::reservations::Reservations;
 use super::slots::SLOT_SHIM_LABEL;
 use super::watch::{Tasks, spawn_reflector};
 use election::{LeaseLock, Timings, lead};
@@ -106,6 +107,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         last_status_write: BTreeMap::new(),
         // the BeforeRollout calls run beside this loop; an answer nudges it
         rollout_hooks: RolloutHooks::new(hooks, recorder, tx),
+        reservations: BTreeMap::new(),
     };
     loop {
         let next = c.reconcile_all(&caches).await;
@@ -194,10 +196,11 @@ impl Coordinator {
     async fn reconcile_all(&mut self, caches: &Caches) -> Option<Instant> {
         self.release_startup_taints(&caches.nodes).await;
         let views = node_views(&caches.nodes);
-        let mut next: Option<Instant> = None;
         let all = caches.shims.state();
         self.rollout_hooks
             .retain(|n| all.iter().any(|s| s.name_any() == n));
+        self.reservations
+            .retain(|n, _| all.iter().any(|s| s.name_any() == *n));
         // every Shim's slots first: a batch of new Shims gets all its slots before the
         // finalizers, RuntimeClasses and statuses, so its nodes can take them at once
         // (side by side: a batch of K Shims costs one round trip, not K)
@@ -210,6 +213,12 @@ impl Coordinator {
             rollout.keep_slots(&self.client, shim, &existing_nodes, *hold != Hold::Go)
         });
         futures_util::future::join_all(writes).await;
+        // a reservation that runs out is moved at that time
+        let mut next: Option<Instant> = self
+            .reservations
+            .values()
+            .filter_map(Reservations::next_due)
+            .min();
         for (shim, rollout) in all.into_iter().zip(kept) {
             let due = match self
                 .reconcile(&shim, &views, &caches.classes, rollout)
@@ -271,6 +280,8 @@ struct Coordinator {
     config: CoordinatorConfig,
     last_status_write: BTreeMap<String, Instant>,
     rollout_hooks: RolloutHooks,
+    /// Each Shim's reservations between rounds (the coordinator's own clock).
+    reservations: BTreeMap<String, Reservations>,
 }
 
 impl Coordinator {
@@ -283,7 +294,8 @@ impl Coordinator {
         nodes: &[NodeView],
         leases: &Store<ShimLease>,
     ) -> (Rollout, Hold) {
-        let rollout = Rollout::of(shim, nodes, leases);
+        let memory = self.reservations.entry(shim.name_any()).or_default();
+        let rollout = Rollout::of(shim, nodes, leases, memory, Instant::now());
         let hold = if shim.metadata.deletion_timestamp.is_some() {
             Hold::Go
         } else {

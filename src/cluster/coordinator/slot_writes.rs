@@ -7,6 +7,8 @@
 
 use std::collections::BTreeSet;
 
+use tokio::time::Instant;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::reflector::Store;
@@ -18,6 +20,8 @@ use crate::api::lease::ShimLease;
 use crate::api::{Shim, ShimStatus};
 use crate::cluster::lease_edits;
 use crate::cluster::names::NAMESPACE;
+use crate::cluster::nodestate::NodePhase;
+use crate::cluster::reservations::{Reservations, Waiter, plan_reservations};
 use crate::cluster::slots::{
     Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
     slot_name, slot_of,
@@ -34,7 +38,10 @@ fn narrows(action: &SlotAction) -> bool {
     match action {
         SlotAction::Delete { .. } => true,
         SlotAction::Mark { closed, .. } => closed.is_some(),
-        SlotAction::Create { .. } | SlotAction::Free { .. } | SlotAction::Stamp { .. } => false,
+        SlotAction::Create { .. }
+        | SlotAction::Free { .. }
+        | SlotAction::Stamp { .. }
+        | SlotAction::Reserve { .. } => false,
     }
 }
 
@@ -54,10 +61,43 @@ pub struct Rollout {
     pub targeted: u32,
     pub halted: bool,
     pub slots: Vec<(Slot, ShimLease)>,
+    /// The nodes waiting for a slot, and the slots whose reservation ran out.
+    pub waiting: Vec<Waiter>,
+    pub expired: BTreeSet<u32>,
+}
+
+/// The nodes waiting for a slot of `shim`: a change of it under way by their state (an
+/// install or upgrade it still targets, an uninstall), and no slot held too recently.
+fn waiters(shim: &Shim, nodes: &[NodeView], memory: &Reservations) -> Vec<Waiter> {
+    let name = shim.name_any();
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let st = n.states.get(&name)?;
+            let changing = match st.phase {
+                NodePhase::Installing | NodePhase::Upgrading => targets(shim, &n.labels),
+                NodePhase::Uninstalling => true,
+                _ => false,
+            };
+            (changing && !memory.held_recently(&n.name)).then(|| Waiter {
+                node: n.name.clone(),
+                since: st.since.clone(),
+                passed_over: memory.passed_over(&n.name),
+            })
+        })
+        .collect()
 }
 
 impl Rollout {
-    pub fn of(shim: &Shim, nodes: &[NodeView], leases: &Store<ShimLease>) -> Rollout {
+    /// The rollout of `shim` now; `memory` notes its slots and passes over the nodes whose
+    /// reservation ran out.
+    pub fn of(
+        shim: &Shim,
+        nodes: &[NodeView],
+        leases: &Store<ShimLease>,
+        memory: &mut Reservations,
+        now: Instant,
+    ) -> Rollout {
         let targeted = nodes.iter().filter(|n| targets(shim, &n.labels)).count() as u32;
         let limits = limits(shim, targeted);
         let slots = slots_of(shim, leases);
@@ -68,11 +108,17 @@ impl Rollout {
             shim.metadata.generation.unwrap_or_default(),
             &resume_token(shim),
         );
+        memory.observe(&plain, now);
+        let expired = memory.expired(now);
+        memory.pass_over(&plain, &expired);
+        let waiting = waiters(shim, nodes, memory);
         Rollout {
             limits,
             targeted,
             halted,
             slots,
+            waiting,
+            expired,
         }
     }
 
@@ -110,12 +156,31 @@ impl Rollout {
         let name = shim.name_any();
         let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
         actions.extend(plan_stamps(self.limits, &plain, &actions));
+        actions.extend(self.reservations(&plain, &actions));
         let (narrowing, rest): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
         if self.write_all(&api, shim, &narrowing).await {
             self.write_all(&api, shim, &rest).await;
         } else {
             tracing::debug!(shim = %name, "a slot moved while N shrank: the other writes wait for the next round");
         }
+    }
+
+    /// The reservation writes, on the slots below N that `planned` leaves alone.
+    fn reservations(&self, plain: &[Slot], planned: &[SlotAction]) -> Vec<SlotAction> {
+        let n = self.limits.slots.unwrap_or(0);
+        let untouched: BTreeSet<u32> = plain
+            .iter()
+            .map(|s| s.index)
+            .filter(|i| *i >= n || planned.iter().any(|a| a.index() == *i))
+            .collect();
+        plan_reservations(plain, &self.waiting, &self.expired, &untouched)
+            .into_iter()
+            .map(|r| SlotAction::Reserve {
+                index: r.index,
+                node: r.node,
+                resource_version: r.resource_version,
+            })
+            .collect()
     }
 
     /// Write `actions` side by side (each guarded by its own resourceVersion); true when
@@ -193,6 +258,10 @@ impl Rollout {
                 Some(l) => replace(lease_edits::stamp(l, count)).await,
                 None => Ok(()),
             },
+            SlotAction::Reserve { index, node, .. } => match lease(*index) {
+                Some(l) => replace(lease_edits::reserve(l, node.as_deref())).await,
+                None => Ok(()),
+            },
         }
     }
 }
@@ -207,9 +276,8 @@ mod tests {
             index,
             holder: holder.map(str::to_string),
             resource_version: format!("rv{index}"),
-            failed: None,
-            closed: None,
             count: Some(6),
+            ..Slot::default()
         }
     }
 

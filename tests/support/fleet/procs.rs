@@ -31,8 +31,6 @@ struct WorkerSpec {
     lo: usize,
     hi: usize,
     restart_ms: u64,
-    per_rival_ms: u64,
-    candidates: usize,
     /// The agent's default coordinator timings (benchmarks), else the tests' fast ones.
     default_coordinator: bool,
 }
@@ -60,8 +58,6 @@ pub fn worker_main() -> bool {
         Duration::from_millis(spec.restart_ms),
     );
     cfg.node_identities = false;
-    cfg.gate.per_rival = Duration::from_millis(spec.per_rival_ms);
-    cfg.gate.candidates = spec.candidates;
     cfg.coordinator = if spec.default_coordinator {
         shim_agent::cluster::coordinator::CoordinatorConfig::default()
     } else {
@@ -110,8 +106,6 @@ pub async fn run_workers(
             lo,
             hi: (lo + cfg.per_process).min(cfg.agents),
             restart_ms: cfg.restart.as_millis() as u64,
-            per_rival_ms: cfg.gate.per_rival.as_millis() as u64,
-            candidates: cfg.gate.candidates,
             default_coordinator,
         };
         let mut child = Command::new(&exe)

@@ -45,24 +45,14 @@ use crate::txn::error::GateError;
 
 mod batch;
 mod contend;
-pub use contend::claim_window;
+pub use contend::few_rivals;
 
 /// How a node waits for slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GateTimings {
-    /// Candidate slots a waiting node watches.
-    pub candidates: usize,
-    /// The floor of the claim window: while the window is no wider (a rival or two per
-    /// slot), a node claims a free slot at once instead of after a hashed delay.
-    pub claim_delay_max: Duration,
-    /// Room per rival node in the claim window: the spacing of rivals' claims, about one
-    /// API round trip (a write and its watch event). Shorter lands the first claim sooner
-    /// after a release and costs more 409s from rivals that had not yet seen it taken
-    /// (BENCHMARKS.md: 10 ms against 25 ms and 5 ms with 1000 agents).
-    pub per_rival: Duration,
-    /// How long a wait lasts, ±25 %, before the slots are listed again. Changes of N, close
-    /// marks and failures reach a waiting node through its candidates' events, and a watch
-    /// that ends brings a new list: this is the safety net, not the news.
+    /// How long a wait lasts, ±25 %, before the slots are listed again. A reservation
+    /// reaches a waiting node through its watch, and a watch that ends brings a new list:
+    /// this is the safety net, not the news.
     pub relist: Duration,
     /// Added to this node's wall clock in the times it writes (tests: skewed clocks; the
     /// protocol never compares them with another node's clock).
@@ -77,9 +67,6 @@ pub struct GateTimings {
 impl Default for GateTimings {
     fn default() -> Self {
         GateTimings {
-            candidates: 2,
-            claim_delay_max: Duration::from_millis(20),
-            per_rival: Duration::from_millis(10),
             relist: Duration::from_secs(200),
             clock_skew_secs: 0,
             max_deferral: Duration::from_secs(300),
@@ -242,16 +229,18 @@ impl<'a> SlotGate<'a> {
                 .filter(|s| !s.is_free() && s.failed.is_some())
                 .map(|s| s.index)
                 .collect();
-            let cands = candidates(&self.my_uid, &name, n, self.timings.candidates, &skip);
+            // every slot, in this node's rendezvous order (so nodes claiming at once spread)
+            let order = candidates(&self.my_uid, &name, n, n as usize, &skip);
             let targeted = leases.iter().filter_map(contend::targeted).max();
-            let at_once = match claim(&self.me, &slots, &cands) {
+            let few = self.few_rivals(shim, n, targeted);
+            let at_once = match claim(&self.me, &slots, &order, few) {
                 Claim::Adopt(i) => {
                     tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
                     Some(i)
                 }
-                // few rivals: take it now, without watching first (a 409: wait as below)
-                Claim::Take(i) if self.claims_at_once(shim, n, targeted) => Some(i),
-                Claim::Take(_) | Claim::Wait => None,
+                // reserved for this node, or few rivals: take it now (a 409: list again)
+                Claim::Take(i) => Some(i),
+                Claim::Wait => None,
             };
             if let Some(i) = at_once {
                 match self.take_now(shim, i, &leases).await? {
@@ -261,10 +250,9 @@ impl<'a> SlotGate<'a> {
             }
             crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
             let seen = contend::Seen {
-                n,
-                candidates: &cands,
-                leases: &leases,
                 resource_version: &rv,
+                no_slots: slots.is_empty(),
+                few_rivals: few,
             };
             if let Some(l) = self.contend(shim, seen).await? {
                 return Ok(l);
@@ -308,10 +296,10 @@ impl<'a> SlotGate<'a> {
         }
     }
 
-    /// Whether a free slot of `shim` (with `n` slots) is claimed at once, not after a hashed
-    /// delay: while the claim window is at its floor (a rival or two per slot).
-    fn claims_at_once(&self, shim: &Shim, n: u32, targeted: Option<u32>) -> bool {
-        claim_window(&self.latest(shim), n, targeted, self.timings) <= self.timings.claim_delay_max
+    /// Whether a free slot of `shim` (with `n` slots) reserved for nobody is taken at once:
+    /// while the nodes still to do fit in its slots.
+    fn few_rivals(&self, shim: &Shim, n: u32, targeted: Option<u32>) -> bool {
+        few_rivals(&self.latest(shim), n, targeted)
     }
 
     fn shutting_down(&self) -> bool {
@@ -464,99 +452,4 @@ impl Gate for SlotGate<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{NodeCounts, ShimStatus};
-
-    fn shim_with(targeted: i32, installed: i32, failed: i32) -> Shim {
-        let y = format!(
-            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
-            "a".repeat(64)
-        );
-        let mut s = crate::api::load::parse_shims(&y, "t.yaml")
-            .unwrap()
-            .remove(0);
-        s.status = Some(ShimStatus {
-            nodes: Some(NodeCounts {
-                targeted,
-                installed,
-                updating: 0,
-                failed,
-            }),
-            ..ShimStatus::default()
-        });
-        s
-    }
-
-    #[test]
-    fn the_claim_window_widens_with_the_nodes_waiting_per_slot() {
-        let t = GateTimings::default();
-        // few waiters: a few rivals' worth, or the floor
-        assert_eq!(
-            claim_window(&shim_with(20, 5, 0), 5, None, t),
-            Duration::from_millis(60)
-        );
-        assert_eq!(
-            claim_window(&shim_with(2, 1, 0), 5, None, t),
-            t.claim_delay_max
-        );
-        // 1000 nodes, 10 slots, 2 candidates each: 200 rivals per slot, 10 ms apart
-        assert_eq!(
-            claim_window(&shim_with(1000, 0, 0), 10, None, t),
-            Duration::from_secs(2)
-        );
-        // done and failed nodes do not wait
-        assert_eq!(
-            claim_window(&shim_with(1000, 900, 60), 10, None, t),
-            Duration::from_millis(80)
-        );
-        // one slot for 5000: capped
-        assert_eq!(
-            claim_window(&shim_with(5000, 0, 0), 1, None, t),
-            Duration::from_secs(30)
-        );
-        // one slot: every waiting node watches it (not `candidates` times over)
-        assert_eq!(
-            claim_window(&shim_with(100, 0, 0), 1, None, t),
-            Duration::from_millis(1000)
-        );
-        // no status yet: the nodes stamped on the slots wait, not none (5000 nodes at 250
-        // slots: 40 rivals per slot); the status wins once there is one
-        let mut new = shim_with(0, 0, 0);
-        new.status = None;
-        assert_eq!(claim_window(&new, 250, None, t), t.claim_delay_max);
-        assert_eq!(
-            claim_window(&new, 250, Some(5000), t),
-            Duration::from_millis(400)
-        );
-        assert_eq!(
-            claim_window(&shim_with(5000, 4990, 0), 250, Some(5000), t),
-            t.claim_delay_max
-        );
-        // a small cluster still claims a new Shim's slot at once
-        assert_eq!(claim_window(&new, 1, Some(2), t), t.claim_delay_max);
-    }
-
-    #[test]
-    fn a_slot_request_the_server_was_too_busy_for_may_pass_and_a_refusal_may_not() {
-        let api = |code: u16| {
-            kube::Error::Api(
-                kube::core::Status::failure("m", "r")
-                    .with_code(code)
-                    .boxed(),
-            )
-        };
-        for (code, reason) in [
-            (429, "SlotUnavailable"),
-            (503, "SlotUnavailable"),
-            (403, "SlotRefused"),
-            (422, "SlotRefused"),
-        ] {
-            assert_eq!(
-                api_failed(&api(code), "x".into()).reason(),
-                reason,
-                "{code}"
-            );
-        }
-    }
-}
+mod tests;
