@@ -12,8 +12,9 @@
 //!   answer means), and [`session`] (`shim-agent run` with a
 //!   cluster: the agent, and the coordinator when this node has a coordinator identity).
 //!
-//! Agents never write a Shim's spec or status per node: every agent watches every Shim, so
-//! per-node writes there would cost N² watch events. Per-node state lives on the agent's own
+//! Agents never write a Shim's spec or status per node: every agent watches every Shim (its
+//! metadata, the spec read per generation), so per-node writes there would cost N² watch
+//! events. Per-node state lives on the agent's own
 //! Node; only the coordinator writes a Shim (its finalizer and status).
 
 pub mod agent;

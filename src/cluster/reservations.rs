@@ -172,12 +172,14 @@ impl Reservations {
         self.held.contains_key(node)
     }
 
-    /// When the next reservation runs out.
+    /// When the next reservation runs out, or a node's cooldown ends (it may wait again).
     pub fn next_due(&self) -> Option<Instant> {
-        self.unclaimed
+        let runs_out = self
+            .unclaimed
             .values()
-            .map(|(_, since)| *since + CLAIM_WITHIN)
-            .min()
+            .map(|(_, since)| *since + CLAIM_WITHIN);
+        let cooled = self.held.values().map(|at| *at + HELD_COOLDOWN);
+        runs_out.chain(cooled).min()
     }
 }
 

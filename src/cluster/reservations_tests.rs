@@ -111,10 +111,11 @@ fn one_reservation_per_node_even_if_two_slots_name_it() {
 fn the_coordinator_clock_runs_from_when_a_reserved_slot_came_free() {
     let mut r = Reservations::default();
     let t0 = Instant::now();
-    // held: no clock; a holder is held-recently for the cooldown
+    // held: no clock; a holder is held-recently for the cooldown, and the coordinator looks
+    // again when it ends (the node may wait again then)
     r.observe(&[slot(0, Some("a"), Some("b"))], t0);
     assert!(r.expired(t0 + CLAIM_WITHIN * 2).is_empty());
-    assert_eq!(r.next_due(), None);
+    assert_eq!(r.next_due(), Some(t0 + HELD_COOLDOWN));
     assert!(r.held_recently("a"));
     // released: b's clock starts
     let t1 = t0 + Duration::from_secs(1);
@@ -127,7 +128,7 @@ fn the_coordinator_clock_runs_from_when_a_reserved_slot_came_free() {
     assert_eq!(r.expired(late), BTreeSet::from([0]));
     r.pass_over(&[slot(0, None, Some("b"))], &BTreeSet::from([0]));
     assert_eq!(r.passed_over("b"), 1);
-    assert_eq!(r.next_due(), None);
+    assert_eq!(r.next_due(), Some(t0 + HELD_COOLDOWN), "a's cooldown");
     // the cooldown ends
     r.observe(&[slot(0, None, Some("c"))], t0 + HELD_COOLDOWN);
     assert!(!r.held_recently("a"));

@@ -27,5 +27,6 @@ mod readiness;
 mod resilience;
 mod retain;
 mod runtime_class;
+mod shim_cache;
 mod slots;
 mod slow_server;

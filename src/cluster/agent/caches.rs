@@ -1,4 +1,5 @@
-//! The agent's watch caches (Shims, its Node, its pods, the ShimExtensions) and when a round
+//! The agent's watch caches (Shims by their metadata, its Node, its pods, the ShimExtensions)
+//! and when a round
 //! is due: the first sync, the fingerprint of what a round reads, and the debounce.
 
 use std::hash::{Hash, Hasher};
@@ -11,6 +12,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
+use super::shim_cache::spawn_shim_cache;
 use super::{Agent, Exit, ROUND_QUIET_MAX_MILLIS, ROUND_QUIET_MILLIS};
 use crate::api::Shim;
 use crate::cluster::target::PodUse;
@@ -29,12 +31,8 @@ pub(super) struct Caches {
 impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     pub(super) fn start_watches(&self, nudge: &mpsc::Sender<()>) -> Caches {
         let c = &self.client;
-        let (shims, t1) = spawn_reflector(
-            Api::<Shim>::all(c.clone()),
-            watcher::Config::default(),
-            "shims",
-            nudge.clone(),
-        );
+        // metadata only, the spec read per generation: no status write floods the nodes
+        let (shims, t1) = spawn_shim_cache(c.clone(), nudge.clone());
         let (node, t2) = spawn_reflector(
             Api::<KubeNode>::all(c.clone()),
             watcher::Config::default().fields(&format!("metadata.name={}", self.node_name)),

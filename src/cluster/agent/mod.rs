@@ -1,4 +1,5 @@
-//! The node agent: watch the cluster's Shims, this Node and the pods on it; make the node
+//! The node agent: watch the cluster's Shims (their metadata; the spec is read per generation,
+//! [`shim_cache`]), this Node and the pods on it; make the node
 //! match (one transaction, one restart for every change that is ready); then label the
 //! Node, publish the per-node state and emit Events.
 //!
@@ -38,6 +39,7 @@ pub mod memory;
 mod node_sync;
 mod outcome;
 mod round;
+pub mod shim_cache;
 
 pub use memory::NODE_SYNC_RETRY_SECS;
 /// Quiet time after a watch event before a round starts, so changes that arrive together

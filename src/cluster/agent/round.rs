@@ -206,8 +206,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             &current.uid().unwrap_or_default(),
             view.cluster,
             self.gate_timings,
-        )
-        .live(caches.shims.clone());
+        );
         let slots = match &self.shutdown {
             Some(s) => slots.until(s.clone()),
             None => slots,

@@ -86,7 +86,7 @@ impl<'a> SlotGate<'a> {
             .filter(|l| slot_of(shim, l).is_some())
             .filter_map(super::contend::targeted)
             .max();
-        let few = self.few_rivals(shim, n, targeted);
+        let few = self.few_rivals(n, targeted);
         let i = match claim(&self.me, &slots, &order, few) {
             Claim::Adopt(i) | Claim::Take(i) => i,
             Claim::Wait => return None,

@@ -9,10 +9,11 @@
 //! free and open: a replace guarded by the version it saw. Nobody else may take it (the
 //! admission policy). A node reserved nothing yet receives no events at all.
 //!
-//! While a Shim has few rivals per slot (the nodes still to do fit in its N slots), a node
-//! also takes a free slot reserved for nobody at once, from its list, or from the watch event
-//! that shows a new Shim's first slot created, so a small cluster does not wait for the
-//! coordinator. A watch that ends, the relist time or a shutdown: back to the list.
+//! While a Shim has few rivals per slot (the nodes it targets fit in its N slots, or are two
+//! at most), a node also takes a free slot reserved for nobody at once, from its list or from
+//! a watch of all the Shim's slots (a new Shim's first slot created, a slot released), so a
+//! small cluster does not wait for the coordinator. A watch that ends, the relist time or a
+//! shutdown: back to the list.
 
 use std::pin::pin;
 use std::time::Duration;
@@ -44,8 +45,6 @@ fn relist_after(relist: Duration, node_uid: &str, shim: &str, listed: &str) -> D
 pub struct Seen<'s> {
     /// The list's resourceVersion, where the watch starts.
     pub resource_version: &'s str,
-    /// The Shim has no slot yet.
-    pub no_slots: bool,
     /// Few rivals: a free slot reserved for nobody may be taken at once.
     pub few_rivals: bool,
 }
@@ -65,9 +64,11 @@ impl SlotGate<'_> {
             &name,
             seen.resource_version,
         );
-        // a new Shim's first slots, with few rivals: watch them all and take the first free one
-        let first_slots = seen.no_slots && seen.few_rivals;
-        let selector = if first_slots {
+        // few rivals (a small cluster, a new Shim's first slots): watch all of the Shim's
+        // slots and take the first free one, reserved for this node or for nobody, without
+        // waiting for the coordinator; else only the slots reserved for this node
+        let all = seen.few_rivals;
+        let selector = if all {
             format!("{SLOT_SHIM_LABEL}={name}")
         } else {
             format!("{SLOT_SHIM_LABEL}={name},{SLOT_RESERVED_LABEL}={}", self.me)
@@ -92,14 +93,12 @@ impl SlotGate<'_> {
             tokio::select! {
                 ev = events.next() => match ev {
                     Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
-                        if !self.mine_to_take(shim, &l, first_slots) {
+                        if !self.mine_to_take(shim, &l, all) {
                             continue;
                         }
-                        match self.claim(shim, l).await? {
-                            Some(l) => return Ok(Some(l)),
-                            // a rival was first: the watch brings what came next
-                            None if !first_slots => continue,
-                            None => return Ok(None),
+                        // a rival was first: the watch brings what came next
+                        if let Some(l) = self.claim(shim, l).await? {
+                            return Ok(Some(l));
                         }
                     }
                     // the reservation moved to another node, or the slot went
@@ -114,14 +113,14 @@ impl SlotGate<'_> {
     }
 
     /// Whether `lease` is a slot of `shim` this node may take now: free, open, and reserved
-    /// for it (or for nobody, among a new Shim's first slots).
-    fn mine_to_take(&self, shim: &Shim, lease: &ShimLease, first_slots: bool) -> bool {
+    /// for it (or for nobody, with few rivals).
+    fn mine_to_take(&self, shim: &Shim, lease: &ShimLease, few_rivals: bool) -> bool {
         let Some(s) = slot_of(shim, lease) else {
             return false;
         };
         let for_me = match s.reserved.as_deref() {
             Some(r) => r == self.me,
-            None => first_slots,
+            None => few_rivals,
         };
         s.is_free() && s.is_open() && for_me
     }
@@ -162,21 +161,15 @@ impl SlotGate<'_> {
     }
 }
 
-/// Whether a Shim has few rivals per slot: the nodes still to do fit in its `n` slots (or are
-/// two at most: one 409 costs less than a wait for the coordinator), so a
-/// free slot reserved for nobody is taken at once rather than waited for. The nodes still to
-/// do: from the Shim's status as this node's watch last saw it (the coordinator keeps it
-/// within seconds); before the Shim has a status, the nodes it targeted when its slots were
-/// created (`targeted`, stamped on them): without it, 5000 nodes rushed 250 new slots at once.
-pub fn few_rivals(shim: &Shim, n: u32, targeted: Option<u32>) -> bool {
-    let waiting = shim
-        .status
-        .as_ref()
-        .and_then(|s| s.nodes.as_ref())
-        .map_or(u64::from(targeted.unwrap_or(0)), |c| {
-            (c.targeted - c.installed - c.failed).max(0) as u64
-        });
-    waiting <= u64::from(n.max(2))
+/// Whether a Shim has few rivals per slot, so a free slot reserved for nobody is taken at
+/// once rather than waited for: the nodes it targeted when the coordinator created its slots
+/// (`targeted`, stamped on them) fit in its `n` slots, or are two at most (one 409 costs less
+/// than a wait for the coordinator). Without it, 5000 nodes rushed 250 new slots at once.
+/// Anything bigger waits for its reservation, which the coordinator makes within a round trip
+/// of the node's state saying it waits; the Shim's status is not read (agents watch the
+/// Shims' metadata only).
+pub fn few_rivals(n: u32, targeted: Option<u32>) -> bool {
+    targeted.unwrap_or(0) <= n.max(2)
 }
 
 #[cfg(test)]

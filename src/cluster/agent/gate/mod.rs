@@ -28,7 +28,6 @@ use tokio::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ListParams, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::lease::ShimLease;
@@ -86,9 +85,6 @@ pub struct SlotGate<'a> {
     held: Mutex<Vec<Held<'a>>>,
     /// Waiting for a slot ends when this turns true.
     shutdown: Option<tokio::sync::watch::Receiver<bool>>,
-    /// The agent's watch of the cluster's Shims: their latest status (how many nodes still
-    /// wait) sizes the claim window; `cluster` is the snapshot the transaction started from.
-    live: Option<Store<Shim>>,
     /// Shims this node runs from its own `shims.d` (they win over a cluster Shim of the same
     /// name): the node owner's, no rollout.
     statics: BTreeSet<String>,
@@ -134,23 +130,8 @@ impl<'a> SlotGate<'a> {
             timings,
             held: Mutex::new(Vec::new()),
             shutdown: None,
-            live: None,
             statics: BTreeSet::new(),
         }
-    }
-
-    /// Size claim windows from the Shims' latest status in `shims` (the agent's watch).
-    pub fn live(mut self, shims: Store<Shim>) -> Self {
-        self.live = Some(shims);
-        self
-    }
-
-    /// `shim` as the agent's watch shows it now, or as the transaction started with it.
-    fn latest(&self, shim: &Shim) -> Shim {
-        self.live
-            .as_ref()
-            .and_then(|s| s.get(&ObjectRef::from_obj(shim)))
-            .map_or_else(|| shim.clone(), |s| (*s).clone())
     }
 
     /// Never gate these Shims: the node's static ones.
@@ -232,7 +213,7 @@ impl<'a> SlotGate<'a> {
             // every slot, in this node's rendezvous order (so nodes claiming at once spread)
             let order = candidates(&self.my_uid, &name, n, n as usize, &skip);
             let targeted = leases.iter().filter_map(contend::targeted).max();
-            let few = self.few_rivals(shim, n, targeted);
+            let few = self.few_rivals(n, targeted);
             let at_once = match claim(&self.me, &slots, &order, few) {
                 Claim::Adopt(i) => {
                     tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
@@ -251,7 +232,6 @@ impl<'a> SlotGate<'a> {
             crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
             let seen = contend::Seen {
                 resource_version: &rv,
-                no_slots: slots.is_empty(),
                 few_rivals: few,
             };
             if let Some(l) = self.contend(shim, seen).await? {
@@ -296,10 +276,9 @@ impl<'a> SlotGate<'a> {
         }
     }
 
-    /// Whether a free slot of `shim` (with `n` slots) reserved for nobody is taken at once:
-    /// while the nodes still to do fit in its slots.
-    fn few_rivals(&self, shim: &Shim, n: u32, targeted: Option<u32>) -> bool {
-        few_rivals(&self.latest(shim), n, targeted)
+    /// Whether a free slot of a Shim with `n` slots reserved for nobody is taken at once.
+    fn few_rivals(&self, n: u32, targeted: Option<u32>) -> bool {
+        few_rivals(n, targeted)
     }
 
     fn shutting_down(&self) -> bool {

@@ -1,0 +1,250 @@
+//! The agent's Shims without the status flood: it watches only the Shims' metadata and reads
+//! a Shim whole only when one is new or its `generation` changed (issue 19 item 3).
+//!
+//! During a rollout the coordinator writes each Shim's status every few seconds. A full watch
+//! sent the whole Shim, spec and status, to every node at each write; the metadata watch sends
+//! the metadata only, and the spec, which is what a node works from, is read once per
+//! generation. The cache keeps the metadata current (labels, annotations, finalizers, the
+//! deletion timestamp) on the spec last read. The status it holds is as old as that read: no
+//! agent decision reads a Shim's status.
+//!
+//! A read goes by `list` with a field selector on the name (nodes hold list and watch on Shims,
+//! not get), or one list of all Shims when several changed at once (a batch, a relist). A read
+//! that fails is tried again with backoff before the cache moves on, so it never shows a
+//! generation it has not read.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kube::api::{ListParams, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::api::Shim;
+
+/// More Shims to read than this at once: one list of all instead.
+const READ_ONE_BY_ONE: usize = 3;
+/// Longest pause between tries of a read that fails.
+const READ_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Whether `cached` holds the spec `meta` describes: the same object (UID) at the same
+/// generation.
+pub fn holds_spec(cached: Option<&Shim>, meta: &PartialObjectMeta<Shim>) -> bool {
+    cached
+        .is_some_and(|c| c.uid() == meta.uid() && c.metadata.generation == meta.metadata.generation)
+}
+
+/// `cached` with the metadata of `meta` (its spec and status as read).
+pub fn with_metadata(mut cached: Shim, meta: &PartialObjectMeta<Shim>) -> Shim {
+    cached.metadata = meta.metadata.clone();
+    cached
+}
+
+/// The Shims of the cluster as a reflector store, kept from their metadata; `nudge` on every
+/// change.
+pub fn spawn_shim_cache(client: Client, nudge: mpsc::Sender<()>) -> (Store<Shim>, JoinHandle<()>) {
+    let (reader, writer) = reflector::store();
+    let task = tokio::spawn(async move {
+        let metas = Api::<PartialObjectMeta<Shim>>::all(client.clone());
+        let mut cache = ShimCache {
+            api: Api::all(client),
+            writer,
+            known: BTreeMap::new(),
+            pending: Vec::new(),
+        };
+        let stream = watcher(metas, watcher::Config::default()).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        let mut failing = false;
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(ev) => {
+                    if failing {
+                        tracing::info!(watch = "shims", "watch restored");
+                        failing = false;
+                    }
+                    if cache.apply(ev).await {
+                        let _ = nudge.try_send(());
+                    }
+                }
+                Err(e) => {
+                    crate::telemetry::watch_restarted("shims");
+                    if !failing {
+                        tracing::warn!(watch = "shims", "watch failed; retrying with backoff: {e}");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    });
+    (reader, task)
+}
+
+struct ShimCache {
+    api: Api<Shim>,
+    writer: Writer<Shim>,
+    /// The Shims in the store, by name.
+    known: BTreeMap<String, Shim>,
+    /// The metadata of a relist under way.
+    pending: Vec<PartialObjectMeta<Shim>>,
+}
+
+impl ShimCache {
+    /// Take in one metadata event; true when the store changed.
+    async fn apply(&mut self, ev: Event<PartialObjectMeta<Shim>>) -> bool {
+        match ev {
+            Event::Init => {
+                self.pending.clear();
+                false
+            }
+            Event::InitApply(m) => {
+                self.pending.push(m);
+                false
+            }
+            Event::InitDone => {
+                let metas = std::mem::take(&mut self.pending);
+                let full = self.read_all(&metas).await;
+                self.writer.apply_watcher_event(&Event::Init);
+                for s in full.values() {
+                    self.writer
+                        .apply_watcher_event(&Event::InitApply(s.clone()));
+                }
+                self.writer.apply_watcher_event(&Event::InitDone);
+                self.known = full;
+                true
+            }
+            Event::Apply(m) => {
+                let name = m.name_any();
+                let full = match self.known.get(&name) {
+                    Some(c) if holds_spec(Some(c), &m) => Some(with_metadata(c.clone(), &m)),
+                    _ => self.read_all(std::slice::from_ref(&m)).await.remove(&name),
+                };
+                let Some(full) = full else { return false };
+                self.writer.apply_watcher_event(&Event::Apply(full.clone()));
+                self.known.insert(name, full);
+                true
+            }
+            Event::Delete(m) => {
+                let name = m.name_any();
+                let gone = self.known.remove(&name).map(|c| with_metadata(c, &m));
+                if let Some(g) = gone {
+                    self.writer.apply_watcher_event(&Event::Delete(g));
+                }
+                true
+            }
+        }
+    }
+
+    /// The Shims `metas` describe, whole: the cached ones that hold their spec, the others
+    /// read (one by one, or all at once when many). Tried until the read succeeds.
+    async fn read_all(&self, metas: &[PartialObjectMeta<Shim>]) -> BTreeMap<String, Shim> {
+        let stale: Vec<&PartialObjectMeta<Shim>> = metas
+            .iter()
+            .filter(|m| !holds_spec(self.known.get(&m.name_any()), m))
+            .collect();
+        let mut read = BTreeMap::new();
+        if !stale.is_empty() {
+            let names: Vec<String> = stale.iter().map(|m| m.name_any()).collect();
+            read = self.read(&names).await;
+        }
+        metas
+            .iter()
+            .filter_map(|m| {
+                let name = m.name_any();
+                let full = match self.known.get(&name) {
+                    Some(c) if holds_spec(Some(c), m) => with_metadata(c.clone(), m),
+                    _ => read.get(&name)?.clone(),
+                };
+                Some((name, full))
+            })
+            .collect()
+    }
+
+    /// Read the Shims named, retrying with backoff until the API server answers.
+    async fn read(&self, names: &[String]) -> BTreeMap<String, Shim> {
+        let mut pause = Duration::from_millis(200);
+        loop {
+            match self.try_read(names).await {
+                Ok(m) => return m,
+                Err(e) => {
+                    tracing::warn!(
+                        retry_in_ms = pause.as_millis() as u64,
+                        "cannot read the Shims {}: {e}",
+                        names.join(", ")
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(READ_RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    async fn try_read(&self, names: &[String]) -> kube::Result<BTreeMap<String, Shim>> {
+        let lists: Vec<ListParams> = if names.len() > READ_ONE_BY_ONE {
+            vec![ListParams::default()]
+        } else {
+            names
+                .iter()
+                .map(|n| ListParams::default().fields(&format!("metadata.name={n}")))
+                .collect()
+        };
+        let mut out = BTreeMap::new();
+        for lp in &lists {
+            for s in self.api.list(lp).await?.items {
+                out.insert(s.name_any(), s);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(uid: &str, generation: i64, label: &str) -> PartialObjectMeta<Shim> {
+        use kube::api::PartialObjectMetaExt;
+        kube::api::ObjectMeta {
+            name: Some("s".into()),
+            uid: Some(uid.into()),
+            generation: Some(generation),
+            labels: Some([("l".to_string(), label.to_string())].into()),
+            ..Default::default()
+        }
+        .into_response_partial::<Shim>()
+    }
+
+    fn shim(uid: &str, generation: i64) -> Shim {
+        let y = format!(
+            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s, uid: {uid}, generation: {generation}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
+            "a".repeat(64)
+        );
+        crate::api::load::parse_shims(&y, "t.yaml")
+            .unwrap()
+            .remove(0)
+    }
+
+    #[test]
+    fn a_spec_is_read_again_only_for_a_new_object_or_generation() {
+        let cached = shim("u1", 2);
+        // a status write or a label: same UID and generation, the spec is still good
+        assert!(holds_spec(Some(&cached), &meta("u1", 2, "x")));
+        assert!(
+            !holds_spec(Some(&cached), &meta("u1", 3, "x")),
+            "a new spec"
+        );
+        assert!(
+            !holds_spec(Some(&cached), &meta("u2", 2, "x")),
+            "created again"
+        );
+        assert!(!holds_spec(None, &meta("u1", 2, "x")), "never read");
+        // the metadata follows the event, the spec stays as read
+        let updated = with_metadata(cached.clone(), &meta("u1", 2, "y"));
+        assert_eq!(updated.labels().get("l").map(String::as_str), Some("y"));
+        assert_eq!(updated.spec, cached.spec);
+    }
+}
