@@ -153,8 +153,9 @@ pub fn coordinator_cluster_role() -> ClusterRole {
 }
 
 /// ShimLeases, not coordination.k8s.io Leases: NodeRestriction lets a kubelet identity write
-/// no Lease outside kube-node-lease (see api::lease). Nodes update slots (take, renew,
-/// release, mark failed); the coordinator also creates, retires and elects.
+/// no Lease outside kube-node-lease (see api::lease). Nodes update slots (take) and patch
+/// their own (renew, release, mark failed: a JSON Patch that tests the holder); the
+/// coordinator also creates, retires and elects.
 pub fn lease_roles() -> [Role; 2] {
     [
         Role {
@@ -162,7 +163,7 @@ pub fn lease_roles() -> [Role; 2] {
             rules: Some(vec![rule(
                 &["containerd.x-k8s.io"],
                 &["shimleases"],
-                &["get", "list", "watch", "update"],
+                &["get", "list", "watch", "update", "patch"],
             )]),
         },
         Role {

@@ -132,6 +132,47 @@ pub fn stamp(mut lease: ShimLease, count: Option<u32>) -> ShimLease {
     lease
 }
 
+/// The JSON Patch that makes `before` into `after` (an edit of this node's own slot: a
+/// renewal, a release, a failure mark) on the slot as the API server holds it now, only while
+/// `me` still holds it: a `test` of the holder first, then the edit's own changes. The
+/// resourceVersion is not a condition: the coordinator's reservation writes move it while a
+/// node holds the slot, and a replace guarded by it cost every holder a 409, a read and a
+/// second write at each release. Owner references are replaced whole (their index may move).
+pub fn own_patch(before: &ShimLease, after: &ShimLease, me: &str) -> json_patch::Patch {
+    use json_patch::{PatchOperation, ReplaceOperation, TestOperation};
+    let to_value = |l: &ShimLease| serde_json::to_value(l).unwrap_or_default();
+    let (b, a) = (to_value(before), to_value(after));
+    let owners = "/metadata/ownerReferences";
+    let mut ops = vec![PatchOperation::Test(TestOperation {
+        path: pointer("/spec/holderIdentity"),
+        value: serde_json::Value::String(me.to_string()),
+    })];
+    let mut owners_changed = false;
+    for op in json_patch::diff(&b, &a).0 {
+        let path = op.path().to_string();
+        if path.starts_with(owners) {
+            owners_changed = true;
+        } else if !path.starts_with("/metadata/resourceVersion") {
+            ops.push(op);
+        }
+    }
+    if owners_changed {
+        let value = a
+            .pointer(owners)
+            .cloned()
+            .unwrap_or_else(|| serde_json::Value::Array(Vec::new()));
+        ops.push(PatchOperation::Replace(ReplaceOperation {
+            path: pointer(owners),
+            value,
+        }));
+    }
+    json_patch::Patch(ops)
+}
+
+fn pointer(p: &str) -> json_patch::jsonptr::PointerBuf {
+    json_patch::jsonptr::PointerBuf::parse(p).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +248,33 @@ mod tests {
             Some("halted")
         );
         assert!(!close(closed, None).annotations().contains_key(SLOT_CLOSED));
+    }
+
+    #[test]
+    fn a_holders_own_patch_tests_the_holder_and_keeps_what_the_coordinator_wrote_since() {
+        let held = take(create(&shim(), 0, None, Some(3), 7), "n1", "uid-n1", now());
+        let patch = own_patch(&held, &release(held.clone(), "n1"), "n1");
+        // the slot as the API server holds it now: reserved for the next node meanwhile
+        let mut server = reserve(held.clone(), Some("n2"));
+        server.metadata.resource_version = Some("42".into());
+        let mut doc = serde_json::to_value(&server).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        let released: ShimLease = serde_json::from_value(doc).unwrap();
+        assert_eq!(released.spec.holder_identity, None);
+        assert!(!released.labels().contains_key(SLOT_HOLDER_LABEL));
+        assert!(!released.owner_references().iter().any(|o| o.kind == "Node"));
+        assert!(released.owner_references().iter().any(|o| o.kind == "Shim"));
+        assert_eq!(
+            released
+                .labels()
+                .get(SLOT_RESERVED_LABEL)
+                .map(String::as_str),
+            Some("n2"),
+            "the reservation written meanwhile stays"
+        );
+        // another node holds it now: the patch does not apply
+        let mut theirs =
+            serde_json::to_value(take(release(server, "n1"), "n3", "uid-n3", now())).unwrap();
+        assert!(json_patch::patch(&mut theirs, &patch).is_err());
     }
 }

@@ -327,6 +327,19 @@ async fn holds_to_its_own_slot(
         "free another's",
         "free only its own",
     );
+    // a patch is held to the same: the policy sees the slot before and after
+    let freed = lease_edits::release(theirs.clone(), other);
+    let patch = kube::api::Patch::<()>::Json(lease_edits::own_patch(&theirs, &freed, other));
+    let e = as_me
+        .patch(name, &kube::api::PatchParams::default(), &patch)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{who}: patch another's free: allowed"))
+        .to_string();
+    assert!(
+        e.contains("free only its own"),
+        "{who}: patch another's free: {e}"
+    );
     denied(
         as_me
             .replace(

@@ -242,9 +242,11 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
                 .contains("leases")
         );
     }
+    // update to take a slot, patch to renew, release or mark its own (tests/kube/slots.rs:
+    // the admission policy holds both to the node's own slot)
     assert_eq!(
         verbs(find("Role", "shim-agent"), "shimleases"),
-        list(&["get", "list", "watch", "update"])
+        list(&["get", "list", "watch", "update", "patch"])
     );
     let coordinator = find("ClusterRole", "shim-agent-coordinator");
     // startup taints off ready Nodes, held to that by the node-taints policy

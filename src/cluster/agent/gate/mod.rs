@@ -27,7 +27,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::lease::ShimLease;
@@ -285,13 +285,28 @@ impl<'a> SlotGate<'a> {
         self.shutdown.as_ref().is_some_and(|s| *s.borrow())
     }
 
-    /// Replace `lease` after `edit`, re-reading it on a 409 while this node still holds it.
+    /// Write `edit` of this node's own slot `lease`: a JSON Patch that tests this node is the
+    /// holder (the coordinator's reservation writes move the resourceVersion meanwhile); when
+    /// the API server refuses it, a replace of the slot read again, while this node holds it.
     async fn write_own(
         &self,
         lease: ShimLease,
         edit: impl Fn(ShimLease) -> ShimLease,
     ) -> Result<ShimLease, GateError> {
         let name = lease.name_any();
+        let patch = lease_edits::own_patch(&lease, &edit(lease.clone()), &self.me);
+        match self
+            .api
+            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(l) => return Ok(l),
+            Err(e) if ApiAnswer::of(&e).passes() => {
+                return Err(api_failed(&e, format!("slot {name}: {e}")));
+            }
+            // the holder test failed, or the patch no longer applies: read and see
+            Err(e) => tracing::debug!(slot = %name, "patch of its own slot refused: {e}"),
+        }
         let mut cur = lease;
         for _ in 0..3 {
             match self
