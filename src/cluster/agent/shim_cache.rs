@@ -16,8 +16,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use futures_util::StreamExt;
-use kube::api::{ListParams, PartialObjectMeta};
+use kube::api::{ListParams, PartialObjectMeta, VersionMatch};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher::{self, Event, watcher};
@@ -60,24 +61,36 @@ pub fn spawn_shim_cache(client: Client, nudge: mpsc::Sender<()>) -> (Store<Shim>
         let stream = watcher(metas, watcher::Config::default()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         let mut failing = false;
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(ev) => {
-                    if failing {
-                        tracing::info!(watch = "shims", "watch restored");
-                        failing = false;
+        while let Some(first) = stream.next().await {
+            // the events already here with it (a batch of new Shims): their reads go together
+            let mut batch = vec![first];
+            while let Some(Some(ev)) = stream.next().now_or_never() {
+                batch.push(ev);
+            }
+            let mut events = Vec::new();
+            for ev in batch {
+                match ev {
+                    Ok(ev) => {
+                        if failing {
+                            tracing::info!(watch = "shims", "watch restored");
+                            failing = false;
+                        }
+                        events.push(ev);
                     }
-                    if cache.apply(ev).await {
-                        let _ = nudge.try_send(());
+                    Err(e) => {
+                        crate::telemetry::watch_restarted("shims");
+                        if !failing {
+                            tracing::warn!(
+                                watch = "shims",
+                                "watch failed; retrying with backoff: {e}"
+                            );
+                        }
+                        failing = true;
                     }
                 }
-                Err(e) => {
-                    crate::telemetry::watch_restarted("shims");
-                    if !failing {
-                        tracing::warn!(watch = "shims", "watch failed; retrying with backoff: {e}");
-                    }
-                    failing = true;
-                }
+            }
+            if cache.apply_all(events).await {
+                let _ = nudge.try_send(());
             }
         }
     });
@@ -94,8 +107,31 @@ struct ShimCache {
 }
 
 impl ShimCache {
-    /// Take in one metadata event; true when the store changed.
-    async fn apply(&mut self, ev: Event<PartialObjectMeta<Shim>>) -> bool {
+    /// Take in metadata events in order, the Shims their updates need read in one go first;
+    /// true when the store changed.
+    async fn apply_all(&mut self, events: Vec<Event<PartialObjectMeta<Shim>>>) -> bool {
+        let updates: Vec<PartialObjectMeta<Shim>> = events
+            .iter()
+            .filter_map(|ev| match ev {
+                Event::Apply(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut read = self.read_all(&updates).await;
+        let mut changed = false;
+        for ev in events {
+            changed |= self.apply(ev, &mut read).await;
+        }
+        changed
+    }
+
+    /// Take in one metadata event (`read`: the Shims read for the batch's updates); true when
+    /// the store changed.
+    async fn apply(
+        &mut self,
+        ev: Event<PartialObjectMeta<Shim>>,
+        read: &mut BTreeMap<String, Shim>,
+    ) -> bool {
         match ev {
             Event::Init => {
                 self.pending.clear();
@@ -121,7 +157,10 @@ impl ShimCache {
                 let name = m.name_any();
                 let full = match self.known.get(&name) {
                     Some(c) if holds_spec(Some(c), &m) => Some(with_metadata(c.clone(), &m)),
-                    _ => self.read_all(std::slice::from_ref(&m)).await.remove(&name),
+                    _ => match read.remove(&name) {
+                        Some(r) if holds_spec(Some(&r), &m) => Some(with_metadata(r, &m)),
+                        _ => self.read_all(std::slice::from_ref(&m)).await.remove(&name),
+                    },
                 };
                 let Some(full) = full else { return false };
                 self.writer.apply_watcher_event(&Event::Apply(full.clone()));
@@ -149,7 +188,11 @@ impl ShimCache {
         let mut read = BTreeMap::new();
         if !stale.is_empty() {
             let names: Vec<String> = stale.iter().map(|m| m.name_any()).collect();
-            read = self.read(&names).await;
+            // events come in order: the last one's version is the newest (versions are opaque)
+            let newest = stale
+                .last()
+                .and_then(|m| m.metadata.resource_version.clone());
+            read = self.read(&names, newest.as_deref()).await;
         }
         metas
             .iter()
@@ -164,11 +207,13 @@ impl ShimCache {
             .collect()
     }
 
-    /// Read the Shims named, retrying with backoff until the API server answers.
-    async fn read(&self, names: &[String]) -> BTreeMap<String, Shim> {
+    /// Read the Shims named, not older than the version `newest` the watch showed (served
+    /// from the API server's watch cache, as the event was), retrying with backoff until the
+    /// API server answers.
+    async fn read(&self, names: &[String], newest: Option<&str>) -> BTreeMap<String, Shim> {
         let mut pause = Duration::from_millis(200);
         loop {
-            match self.try_read(names).await {
+            match self.try_read(names, newest).await {
                 Ok(m) => return m,
                 Err(e) => {
                     tracing::warn!(
@@ -183,13 +228,23 @@ impl ShimCache {
         }
     }
 
-    async fn try_read(&self, names: &[String]) -> kube::Result<BTreeMap<String, Shim>> {
+    async fn try_read(
+        &self,
+        names: &[String],
+        newest: Option<&str>,
+    ) -> kube::Result<BTreeMap<String, Shim>> {
+        let base = match newest {
+            Some(rv) => ListParams::default()
+                .at(rv)
+                .matching(VersionMatch::NotOlderThan),
+            None => ListParams::default(),
+        };
         let lists: Vec<ListParams> = if names.len() > READ_ONE_BY_ONE {
-            vec![ListParams::default()]
+            vec![base]
         } else {
             names
                 .iter()
-                .map(|n| ListParams::default().fields(&format!("metadata.name={n}")))
+                .map(|n| base.clone().fields(&format!("metadata.name={n}")))
                 .collect()
         };
         let mut out = BTreeMap::new();

@@ -21,7 +21,9 @@ use crate::api::{Shim, ShimStatus};
 use crate::cluster::lease_edits;
 use crate::cluster::names::NAMESPACE;
 use crate::cluster::nodestate::NodePhase;
-use crate::cluster::reservations::{Reservations, Waiter, plan_reservations};
+use crate::cluster::reservations::{
+    Reservations, Waiter, plan_reservations, slots_have_few_rivals,
+};
 use crate::cluster::slots::{
     Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
     slot_name, slot_of,
@@ -111,7 +113,13 @@ impl Rollout {
         memory.observe(&plain, now);
         let expired = memory.expired(now);
         memory.pass_over(&plain, &expired);
-        let waiting = waiters(shim, nodes, memory);
+        // few rivals: the nodes take free slots at once, reserved for nobody
+        let few = slots_have_few_rivals(slots.iter().map(|(_, l)| l));
+        let waiting = if few {
+            Vec::new()
+        } else {
+            waiters(shim, nodes, memory)
+        };
         Rollout {
             limits,
             targeted,

@@ -81,12 +81,7 @@ impl<'a> SlotGate<'a> {
             .count() as u32;
         // every slot, in this node's rendezvous order (so nodes trying at once spread out)
         let order = candidates(&self.my_uid, &name, n, n as usize, &Default::default());
-        let targeted = leases
-            .iter()
-            .filter(|l| slot_of(shim, l).is_some())
-            .filter_map(super::contend::targeted)
-            .max();
-        let few = self.few_rivals(n, targeted);
+        let few = self.few_rivals(shim, leases);
         let i = match claim(&self.me, &slots, &order, few) {
             Claim::Adopt(i) | Claim::Take(i) => i,
             Claim::Wait => return None,

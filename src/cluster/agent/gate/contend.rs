@@ -24,17 +24,12 @@ use kube::api::{PostParams, WatchEvent, WatchParams};
 
 use super::{SlotGate, gone};
 use crate::api::Shim;
-use crate::api::lease::{SLOT_RESERVED_LABEL, SLOT_TARGETED, ShimLease};
+use crate::api::lease::{SLOT_RESERVED_LABEL, ShimLease};
 use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_of};
 use crate::txn::error::GateError;
 
 /// How soon a node lists again when its watch did not start.
 const RETRY_WATCH: Duration = Duration::from_secs(5);
-
-/// The nodes targeted when `lease` was created, as the coordinator stamped them.
-pub(super) fn targeted(lease: &ShimLease) -> Option<u32> {
-    lease.annotations().get(SLOT_TARGETED)?.parse().ok()
-}
 
 /// `relist` ±25 %, drawn from the node's UID, the Shim and the list's resourceVersion.
 fn relist_after(relist: Duration, node_uid: &str, shim: &str, listed: &str) -> Duration {
@@ -159,17 +154,6 @@ impl SlotGate<'_> {
             None => std::future::pending().await,
         }
     }
-}
-
-/// Whether a Shim has few rivals per slot, so a free slot reserved for nobody is taken at
-/// once rather than waited for: the nodes it targeted when the coordinator created its slots
-/// (`targeted`, stamped on them) fit in its `n` slots, or are two at most (one 409 costs less
-/// than a wait for the coordinator). Without it, 5000 nodes rushed 250 new slots at once.
-/// Anything bigger waits for its reservation, which the coordinator makes within a round trip
-/// of the node's state saying it waits; the Shim's status is not read (agents watch the
-/// Shims' metadata only).
-pub fn few_rivals(n: u32, targeted: Option<u32>) -> bool {
-    targeted.unwrap_or(0) <= n.max(2)
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ use crate::txn::error::GateError;
 
 mod batch;
 mod contend;
-pub use contend::few_rivals;
+pub use crate::cluster::reservations::{few_rivals, slots_have_few_rivals};
 
 /// How a node waits for slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,8 +212,7 @@ impl<'a> SlotGate<'a> {
                 .collect();
             // every slot, in this node's rendezvous order (so nodes claiming at once spread)
             let order = candidates(&self.my_uid, &name, n, n as usize, &skip);
-            let targeted = leases.iter().filter_map(contend::targeted).max();
-            let few = self.few_rivals(n, targeted);
+            let few = self.few_rivals(shim, &leases);
             let at_once = match claim(&self.me, &slots, &order, few) {
                 Claim::Adopt(i) => {
                     tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
@@ -276,9 +275,10 @@ impl<'a> SlotGate<'a> {
         }
     }
 
-    /// Whether a free slot of a Shim with `n` slots reserved for nobody is taken at once.
-    fn few_rivals(&self, n: u32, targeted: Option<u32>) -> bool {
-        few_rivals(n, targeted)
+    /// Whether a free slot of `shim` reserved for nobody is taken at once, as its slots in
+    /// `leases` say.
+    fn few_rivals(&self, shim: &Shim, leases: &[ShimLease]) -> bool {
+        slots_have_few_rivals(leases.iter().filter(|l| slot_of(shim, l).is_some()))
     }
 
     fn shutting_down(&self) -> bool {
