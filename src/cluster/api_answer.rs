@@ -54,17 +54,19 @@ impl ApiAnswer {
     }
 }
 
+/// A failed request's error with HTTP status `code`, for tests.
+#[cfg(test)]
+pub fn api_error(code: u16) -> kube::Error {
+    kube::Error::Api(
+        kube::core::Status::failure("m", "r")
+            .with_code(code)
+            .boxed(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("m", "r")
-                .with_code(code)
-                .boxed(),
-        )
-    }
 
     #[test]
     fn an_overloaded_or_absent_server_passes_and_a_refusal_does_not() {
@@ -79,7 +81,7 @@ mod tests {
             (504, ApiAnswer::Unavailable),
             (418, ApiAnswer::Other),
         ] {
-            assert_eq!(ApiAnswer::of(&api(code)), answer, "{code}");
+            assert_eq!(ApiAnswer::of(&api_error(code)), answer, "{code}");
             assert_eq!(answer.passes(), code == 429 || code >= 500, "{code}");
         }
         let no_connection = kube::Error::Service("connection refused".into());

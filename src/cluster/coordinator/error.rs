@@ -86,13 +86,7 @@ impl CoordinatorError {
 mod tests {
     use super::*;
 
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("m", "r")
-                .with_code(code)
-                .boxed(),
-        )
-    }
+    use crate::cluster::api_answer::api_error as api;
 
     #[test]
     fn every_step_has_a_name_and_every_answer_a_reason() {

@@ -14,13 +14,7 @@ fn a_slot_reserved_for_nobody_is_taken_at_once_only_while_the_targeted_fit_in_n(
 
 #[test]
 fn a_slot_request_the_server_was_too_busy_for_may_pass_and_a_refusal_may_not() {
-    let api = |code: u16| {
-        kube::Error::Api(
-            kube::core::Status::failure("m", "r")
-                .with_code(code)
-                .boxed(),
-        )
-    };
+    let api = crate::cluster::api_answer::api_error;
     for (code, reason) in [
         (429, "SlotUnavailable"),
         (503, "SlotUnavailable"),
