@@ -158,11 +158,22 @@ fn plan_status(
         f.time,
     );
     let due = f.hold.due();
-    if previous == Some(&status) || previous.is_some_and(|p| progress_only(p, &status)) {
+    let since_write = f
+        .last_status_write
+        .map(|t| f.now.saturating_duration_since(t));
+    if previous == Some(&status) {
         return (StatusAction::Keep, due);
     }
+    if previous.is_some_and(|p| progress_only(p, &status)) {
+        // progress within a step: written when the step is reached or a minute has passed
+        let at = match (f.last_status_write, since_write) {
+            (Some(t), Some(age)) if age < PROGRESS_AT_LEAST => t + PROGRESS_AT_LEAST,
+            _ => return (StatusAction::Write(Box::new(status)), due),
+        };
+        return (StatusAction::Later(at), Some(due.map_or(at, |d| d.min(at))));
+    }
     match f.last_status_write {
-        Some(t) if f.now.saturating_duration_since(t) < f.status_interval => {
+        Some(t) if since_write.is_some_and(|age| age < f.status_interval) => {
             let at = t + f.status_interval;
             (StatusAction::Later(at), Some(due.map_or(at, |d| d.min(at))))
         }
@@ -170,10 +181,13 @@ fn plan_status(
     }
 }
 
-/// Status writes per rollout: from 100 targeted nodes on, progress is written at each step of
-/// this share of them (2 %), so a rollout costs every watching agent about 50 status events
-/// however many nodes it has.
-const PROGRESS_STEPS: i32 = 50;
+/// Status writes per rollout: a rollout's progress is written at each step of this share of
+/// the targeted nodes (10 %), and at least once a minute while it moves, so a rollout costs
+/// every watching agent about ten status events, and one a minute, however many nodes it has.
+const PROGRESS_STEPS: i32 = 10;
+
+/// Progress within a step is written once it is this old.
+const PROGRESS_AT_LEAST: Duration = Duration::from_secs(60);
 
 /// Whether `new` differs from `previous` (the status as written) only by a rollout's
 /// progress that has not yet gone a step further: the counts of installed and updating nodes,
@@ -183,10 +197,10 @@ const PROGRESS_STEPS: i32 = 50;
 pub fn progress_only(previous: &ShimStatus, new: &ShimStatus) -> bool {
     let counts = |s: &ShimStatus| s.nodes.clone().unwrap_or_default();
     let (was, now) = (counts(previous), counts(new));
-    if now.targeted < 2 * PROGRESS_STEPS {
+    let step = now.targeted / PROGRESS_STEPS;
+    if step < 2 {
         return false; // a small fleet: every change is written
     }
-    let step = now.targeted / PROGRESS_STEPS;
     let done = now.installed + now.failed >= now.targeted;
     let stepped = now.installed / step != was.installed / step;
     !done && !stepped && essentials(previous) == essentials(new)
@@ -352,12 +366,12 @@ mod tests {
     }
 
     #[test]
-    fn a_big_rollouts_progress_is_written_every_two_percent_and_anything_else_at_once() {
+    fn a_big_rollouts_progress_is_written_every_ten_percent_and_anything_else_at_once() {
         let was = progress(1000, 100, 10, "RollingOut");
-        // 1000 nodes: a step is 20 nodes
-        assert!(progress_only(&was, &progress(1000, 110, 10, "RollingOut")));
-        assert!(progress_only(&was, &progress(1000, 100, 7, "RollingOut")));
-        assert!(!progress_only(&was, &progress(1000, 120, 10, "RollingOut")));
+        // 1000 nodes: a step is 100 nodes
+        assert!(progress_only(&was, &progress(1000, 150, 10, "RollingOut")));
+        assert!(progress_only(&was, &progress(1000, 199, 7, "RollingOut")));
+        assert!(!progress_only(&was, &progress(1000, 200, 10, "RollingOut")));
         assert!(
             !progress_only(&was, &progress(1000, 110, 10, "Halted")),
             "a reason"
@@ -373,10 +387,51 @@ mod tests {
             ),
             "the end"
         );
-        // fewer than 100 nodes: every change
+        // fewer than 20 nodes: every change
         assert!(!progress_only(
-            &progress(99, 10, 1, "RollingOut"),
-            &progress(99, 11, 0, "RollingOut")
+            &progress(19, 10, 1, "RollingOut"),
+            &progress(19, 11, 0, "RollingOut")
         ));
+        assert!(progress_only(
+            &progress(20, 10, 1, "RollingOut"),
+            &progress(20, 11, 0, "RollingOut")
+        ));
+    }
+
+    #[test]
+    fn progress_within_a_step_is_written_once_a_minute() {
+        let mut s = shim("");
+        s.status = Some(progress(1000, 100, 10, "RollingOut"));
+        let moved = |_: ShimStatus| progress(1000, 150, 10, "RollingOut");
+        let time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let now = Instant::now();
+        let at = |ago: u64| {
+            plan_shim(&ShimFacts {
+                shim: &s,
+                nodes: &[],
+                runtime_class: None,
+                with_rollout: &moved,
+                hold: &Hold::Go,
+                approved: None,
+                last_status_write: Some(now - Duration::from_secs(ago)),
+                status_interval: Duration::from_secs(2),
+                now,
+                time: &time,
+            })
+        };
+        let soon = at(10);
+        let StatusAction::Later(when) = soon.status else {
+            panic!("{soon:?}")
+        };
+        assert_eq!(
+            when,
+            now + Duration::from_secs(50),
+            "a minute after the last write"
+        );
+        assert_eq!(soon.due, Some(when));
+        assert!(
+            matches!(at(60).status, StatusAction::Write(_)),
+            "a minute on"
+        );
     }
 }
