@@ -44,6 +44,27 @@ pub mod status;
 pub use class::runtime_class;
 pub use error::CoordinatorError;
 
+/// After a change the coordinator waits until its caches were quiet this long, so that one
+/// round answers a burst (a new Shim's creation and its first node states)...
+const ROUND_QUIET: Duration = Duration::from_millis(10);
+/// ...but no longer than this: under a steady stream of changes, a round every 50 ms.
+const ROUND_QUIET_MAX: Duration = Duration::from_millis(50);
+
+/// Wait for the caches to be quiet for [`ROUND_QUIET`], at most [`ROUND_QUIET_MAX`] in all.
+async fn settle(rx: &mut mpsc::Receiver<()>) {
+    let until = Instant::now() + ROUND_QUIET_MAX;
+    loop {
+        tokio::time::sleep(ROUND_QUIET.min(until.saturating_duration_since(Instant::now()))).await;
+        let mut more = false;
+        while rx.try_recv().is_ok() {
+            more = true;
+        }
+        if !more || Instant::now() >= until {
+            return;
+        }
+    }
+}
+
 /// Pause before a Shim whose reconcile failed (an API error) is looked at again.
 pub const RETRY_SECS: u64 = 5;
 use crate::api::Shim;
@@ -112,10 +133,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
     loop {
         let next = c.reconcile_all(&caches).await;
         tokio::select! {
-            Some(()) = rx.recv() => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                while rx.try_recv().is_ok() {}
-            }
+            Some(()) = rx.recv() => settle(&mut rx).await,
             _ = async {
                 match next {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -435,5 +453,29 @@ async fn delete_ignoring_missing(api: &Api<RuntimeClass>, name: &str) -> Result<
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_change_is_answered_after_the_quiet_time_and_a_stream_after_the_most() {
+        let (tx, mut rx) = mpsc::channel::<()>(1);
+        let t0 = Instant::now();
+        settle(&mut rx).await;
+        assert_eq!(t0.elapsed(), ROUND_QUIET, "nothing more came");
+        // a change every 5 ms: the round waits the most, no longer
+        let feed = tokio::spawn(async move {
+            loop {
+                let _ = tx.try_send(());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let t0 = Instant::now();
+        settle(&mut rx).await;
+        assert_eq!(t0.elapsed(), ROUND_QUIET_MAX);
+        feed.abort();
     }
 }
