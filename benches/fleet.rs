@@ -243,6 +243,11 @@ fn main() {
             r.peak_restarting,
             r.violations.len(),
         );
+        eprintln!(
+            "hand-off parts, {agents} agents, N = {n}: release → take {}, take → restart {}",
+            percentiles(&r.handoff_parts.0),
+            percentiles(&r.handoff_parts.1)
+        );
         if !r.violations.is_empty() {
             eprintln!("violations: {:#?}", r.violations);
         }

@@ -39,6 +39,8 @@ pub struct Shared {
     pub stamped: Vec<(f64, i32)>,
     /// Slot releases as the checker saw them, seconds since the run began.
     pub releases: Vec<f64>,
+    /// Slot takes as the checker saw them, seconds since the run began.
+    pub takes: Vec<f64>,
     /// The targeted nodes stamped on the slots as they first appeared.
     pub targeted: BTreeSet<Option<String>>,
 }
@@ -47,6 +49,30 @@ impl Shared {
     /// Hand-off times, seconds: each release to the first restart that began after it and
     /// is not matched to an earlier release.
     pub fn handoffs(&self) -> Vec<f64> {
+        self.matched().iter().map(|(r, s)| s - r).collect()
+    }
+
+    /// Each hand-off in two parts, seconds: release → the first take after it, and that
+    /// take → the restart (hand-offs with no take seen between are left out).
+    pub fn handoff_parts(&self) -> (Vec<f64>, Vec<f64>) {
+        let mut takes = self.takes.clone();
+        takes.sort_by(f64::total_cmp);
+        let (mut j, mut to_take, mut to_restart) = (0, Vec::new(), Vec::new());
+        for (r, s) in self.matched() {
+            while j < takes.len() && takes[j] < r {
+                j += 1;
+            }
+            if let Some(&t) = takes.get(j).filter(|&&t| t <= s) {
+                to_take.push(t - r);
+                to_restart.push(s - t);
+                j += 1;
+            }
+        }
+        (to_take, to_restart)
+    }
+
+    /// (release, restart begins) pairs, in time order.
+    fn matched(&self) -> Vec<(f64, f64)> {
         let mut starts: Vec<f64> = self
             .stamped
             .iter()
@@ -61,8 +87,8 @@ impl Shared {
             while j < starts.len() && starts[j] < r {
                 j += 1;
             }
-            if let Some(s) = starts.get(j) {
-                out.push(s - r);
+            if let Some(&s) = starts.get(j) {
+                out.push((r, s));
                 j += 1;
             }
         }
@@ -275,6 +301,9 @@ pub async fn checker(
                     "the slot of live node {was} was freed by someone else"
                 ));
             }
+        }
+        if was.is_empty() && !holder.is_empty() {
+            s.takes.push(t0.elapsed().as_secs_f64());
         }
         if all_halted && was.is_empty() && !holder.is_empty() {
             s.violations

@@ -126,6 +126,8 @@ pub struct FleetReport {
     pub timeline: Vec<(f64, usize, usize)>,
     /// Release → next restart begins, seconds, per hand-off (`check::Shared::handoffs`).
     pub handoffs: Vec<f64>,
+    /// The hand-offs in two parts: release → take, take → restart (`check::Shared::handoff_parts`).
+    pub handoff_parts: (Vec<f64>, Vec<f64>),
     /// The targeted nodes stamped on the slots as they first appeared.
     pub targeted: std::collections::BTreeSet<Option<String>>,
 }
@@ -396,6 +398,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         status,
         timeline: s.timeline.clone(),
         handoffs: s.handoffs(),
+        handoff_parts: s.handoff_parts(),
         targeted: s.targeted.clone(),
     }
 }
