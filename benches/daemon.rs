@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::PostParams;
-use kube::client::ClientBuilder;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use shim_agent::api::Shim;
@@ -41,7 +40,7 @@ async fn counting_client(kubeconfig: &std::path::Path, counts: Counts) -> Client
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
-    let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+    let observe = move |req: http::Request<kube::client::Body>| {
         let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
         let resource = req
             .uri()
@@ -69,11 +68,9 @@ async fn counting_client(kubeconfig: &std::path::Path, counts: Counts) -> Client
         );
         *counts.lock().unwrap().entry(key).or_default() += 1;
         req
-    });
-    ClientBuilder::try_from(config)
-        .unwrap()
-        .with_layer(&layer)
-        .build()
+    };
+    // the agent's own transport (one HTTP/2 connection), each request counted on its way
+    shim_agent::cluster::transport::client_observed(config, observe).unwrap()
 }
 
 fn proc_self(field: &str) -> u64 {

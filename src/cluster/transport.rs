@@ -25,6 +25,14 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// A client for `config` whose requests and watches share one HTTP/2 connection per API
 /// server (HTTP/1.1 where the server speaks no HTTP/2).
 pub fn client(config: Config) -> Result<Client, kube::Error> {
+    client_observed(config, |r| r)
+}
+
+/// [`client`], with `observe` shown every request before it goes (the benchmarks count them).
+pub fn client_observed<F>(config: Config, observe: F) -> Result<Client, kube::Error>
+where
+    F: Fn(http::Request<Body>) -> http::Request<Body> + Clone + Send + Sync + 'static,
+{
     // ALPN (`h2`, `http/1.1`) is the connector builder's to set, from the versions enabled
     // below; it refuses a config that has it already.
     let tls = config.rustls_client_config()?;
@@ -49,6 +57,7 @@ pub fn client(config: Config) -> Result<Client, kube::Error> {
         .http2_keep_alive_while_idle(true)
         .build(https);
     let service = ServiceBuilder::new()
+        .map_request(observe)
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
