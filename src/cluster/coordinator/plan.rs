@@ -182,9 +182,10 @@ fn plan_status(
 }
 
 /// Status writes per rollout: a rollout's progress is written at each step of this share of
-/// the targeted nodes (10 %), and at least once a minute while it moves, so a rollout costs
-/// every watching agent about ten status events, and one a minute, however many nodes it has.
-const PROGRESS_STEPS: i32 = 10;
+/// the targeted nodes (20 %), and at least once a minute while it moves, so a rollout costs
+/// every watching agent a handful of status events, and one a minute, however many nodes it
+/// has.
+const PROGRESS_STEPS: i32 = 5;
 
 /// Progress within a step is written once it is this old.
 const PROGRESS_AT_LEAST: Duration = Duration::from_secs(60);
@@ -366,9 +367,9 @@ mod tests {
     }
 
     #[test]
-    fn a_big_rollouts_progress_is_written_every_ten_percent_and_anything_else_at_once() {
+    fn a_big_rollouts_progress_is_written_every_fifth_and_anything_else_at_once() {
         let was = progress(1000, 100, 10, "RollingOut");
-        // 1000 nodes: a step is 100 nodes
+        // 1000 nodes: a step is 200 nodes
         assert!(progress_only(&was, &progress(1000, 150, 10, "RollingOut")));
         assert!(progress_only(&was, &progress(1000, 199, 7, "RollingOut")));
         assert!(!progress_only(&was, &progress(1000, 200, 10, "RollingOut")));
@@ -387,14 +388,14 @@ mod tests {
             ),
             "the end"
         );
-        // fewer than 20 nodes: every change
+        // fewer than 10 nodes: every change
         assert!(!progress_only(
-            &progress(19, 10, 1, "RollingOut"),
-            &progress(19, 11, 0, "RollingOut")
+            &progress(9, 4, 1, "RollingOut"),
+            &progress(9, 5, 0, "RollingOut")
         ));
         assert!(progress_only(
-            &progress(20, 10, 1, "RollingOut"),
-            &progress(20, 11, 0, "RollingOut")
+            &progress(10, 4, 1, "RollingOut"),
+            &progress(10, 5, 0, "RollingOut")
         ));
     }
 
