@@ -22,6 +22,18 @@ const PING_AFTER: Duration = Duration::from_secs(30);
 /// How long a PING may go unanswered (client-go's PingTimeout).
 const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The TCP side of the connection to the API server.
+fn tcp(config: &Config) -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    // As Go's net package does for client-go: a request's small writes (HEADERS, then DATA)
+    // go out at once. Under Nagle's algorithm the second waits for the server's delayed ACK
+    // (40 ms on Linux): a slot claim, a release or a label patch paid it each.
+    http.set_nodelay(true);
+    http
+}
+
 /// A client for `config` whose requests and watches share one HTTP/2 connection per API
 /// server (HTTP/1.1 where the server speaks no HTTP/2).
 pub fn client(config: Config) -> Result<Client, kube::Error> {
@@ -36,19 +48,12 @@ where
     // ALPN (`h2`, `http/1.1`) is the connector builder's to set, from the versions enabled
     // below; it refuses a config that has it already.
     let tls = config.rustls_client_config()?;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
-    // As Go's net package does for client-go: a request's small writes (HEADERS, then DATA)
-    // go out at once. Under Nagle's algorithm the second waits for the server's delayed ACK
-    // (40 ms on Linux): a slot claim, a release or a label patch paid it each.
-    http.set_nodelay(true);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .wrap_connector(http);
+        .wrap_connector(tcp(&config));
     let hyper: HyperClient<_, Body> = HyperClient::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
@@ -64,4 +69,21 @@ where
         .map_err(BoxError::from)
         .service(hyper);
     Ok(Client::new(service, config.default_namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::ServiceExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_connection_sends_small_writes_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = Config::new(format!("https://{addr}").parse().unwrap());
+        let uri: http::Uri = format!("http://{addr}").parse().unwrap();
+        let conn = tcp(&config).oneshot(uri).await.unwrap();
+        assert!(conn.inner().nodelay().unwrap(), "TCP_NODELAY");
+    }
 }
