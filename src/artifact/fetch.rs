@@ -351,28 +351,62 @@ impl Fetcher {
                 })
             }
             Location::File(path) => {
-                let file = tokio::fs::File::open(path).await.map_err(|source| {
-                    ArtifactError::LocalFile {
+                let file =
+                    std::fs::File::open(path).map_err(|source| ArtifactError::LocalFile {
                         path: path.into(),
                         source,
-                    }
-                })?;
-                let len = file.metadata().await.ok().map(|m| m.len());
-                let path = path.clone();
-                let stream =
-                    tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024).map(move |r| {
-                        r.map_err(|source| ArtifactError::LocalFile {
-                            path: (&path).into(),
-                            source,
-                        })
-                    });
+                    })?;
+                let len = file.metadata().ok().map(|m| m.len());
                 Ok(Download {
-                    stream: Box::pin(stream),
+                    stream: Box::pin(read_on_own_thread(file, path.clone())),
                     len,
                 })
             }
         }
     }
+}
+
+/// The bytes of a local file, read on a thread of its own, not on tokio's blocking pool: the
+/// unpackers hold threads of that pool while they wait for these bytes, so with as many
+/// artifacts at once as the pool has threads, every read would wait for a thread that never
+/// comes free.
+fn read_on_own_thread(
+    mut file: std::fs::File,
+    path: String,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, ArtifactError>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
+    let reader = move || {
+        loop {
+            let mut buf = vec![0u8; 256 * 1024];
+            let item = match std::io::Read::read(&mut file, &mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Ok(bytes::Bytes::from(buf))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+            let stop = item.is_err();
+            if tx.blocking_send(item).is_err() || stop {
+                return;
+            }
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("artifact-file".into())
+        .spawn(reader)
+        .err();
+    let first = futures_util::stream::iter(spawned.map(Err));
+    let rest = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    first.chain(rest).map(move |r| {
+        r.map_err(|source| ArtifactError::LocalFile {
+            path: (&path).into(),
+            source,
+        })
+    })
 }
 
 /// rustls needs a process-wide crypto provider; we use ring (no C toolchain surprises).

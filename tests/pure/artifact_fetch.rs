@@ -419,3 +419,40 @@ async fn the_download_cap_holds_when_the_server_sends_no_length() {
     let e = fails(&f, &source(srv.url("/shim.tgz"), &art), "DownloadTooLarge").await;
     assert!(e.to_string().contains("4096"), "{e}");
 }
+
+/// More file:// artifacts at once than tokio's blocking pool has threads: each unpacker holds
+/// a thread of the pool while it waits for bytes, so reads that needed the pool too would wait
+/// forever (1000 agents in one process stalled on this).
+#[test]
+fn more_local_artifacts_at_once_than_blocking_threads_all_arrive() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let (_sd, s, _) = store();
+    let sources: Vec<ArtifactSource> = (0..8)
+        .map(|i| {
+            let art = tar_bytes(&[Entry::File(
+                "containerd-shim-demo-v2",
+                [real_elf(), vec![i as u8; 300 * 1024]].concat(),
+                0o755,
+            )]);
+            let (url, _) = file_url(d.path(), &format!("shim-{i}.tar"), &art);
+            source(url, &art)
+        })
+        .collect();
+    let f = fetcher();
+    let all = rt.block_on(async {
+        let each = sources.iter().map(|src| f.fetch_into_store(src, &s));
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            futures_util::future::join_all(each),
+        )
+        .await
+    });
+    let got = all.expect("the fetches stalled");
+    assert!(got.iter().all(|r| r.is_ok()), "{got:?}");
+}
