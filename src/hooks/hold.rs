@@ -22,9 +22,10 @@ pub const ASK_LIMIT: Duration = Duration::from_secs(90);
 pub enum Hold {
     /// Slots may open.
     Go,
-    /// The extensions are being asked (since then): held, as a deferral, without a condition
-    /// of its own.
-    Asking(Instant),
+    /// The extensions are being asked (since then): held. Asked again after a deferral, the
+    /// deferral's message is kept, and the rollout is shown deferred until they answer; asked
+    /// first, there is no condition of its own.
+    Asking(Instant, Option<String>),
     /// Ask again at this time.
     Deferred(Instant, String),
     /// Halted with the extension's message.
@@ -36,7 +37,7 @@ impl Hold {
     pub fn due(&self) -> Option<Instant> {
         match self {
             Hold::Deferred(until, _) => Some(*until),
-            Hold::Asking(since) => Some(*since + ASK_LIMIT),
+            Hold::Asking(since, _) => Some(*since + ASK_LIMIT),
             _ => None,
         }
     }

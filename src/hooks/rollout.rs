@@ -80,15 +80,17 @@ impl RolloutHooks {
         let generation = shim.metadata.generation.unwrap_or_default();
         let now = Instant::now();
         let known = self.entry(&name).filter(|e| e.generation == generation);
-        match known.map(|e| e.hold) {
+        let deferred = match known.map(|e| e.hold) {
             Some(h @ (Hold::Go | Hold::Refused(_))) => return h,
-            Some(h @ (Hold::Deferred(..) | Hold::Asking(_)))
+            Some(h @ (Hold::Deferred(..) | Hold::Asking(..)))
                 if h.due().is_some_and(|d| d > now) =>
             {
                 return h;
             }
-            _ => {}
-        }
+            // asked again: still deferred, with the last answer's message, until they answer
+            Some(Hold::Deferred(_, m) | Hold::Asking(_, Some(m))) => Some(m),
+            _ => None,
+        };
         if let Some(hold) = persisted(shim) {
             tracing::debug!(shim = %name, generation, ?hold, "BeforeRollout answered this generation already (status)");
             let approved = hold == Hold::Go;
@@ -109,7 +111,7 @@ impl RolloutHooks {
             self.set(&name, generation, Hold::Go, false);
             return Hold::Go;
         }
-        let hold = Hold::Asking(now);
+        let hold = Hold::Asking(now, deferred);
         self.set(&name, generation, hold.clone(), false);
         let (hooks, recorder, held, nudge) = (
             self.hooks.clone(),

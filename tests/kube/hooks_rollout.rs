@@ -152,32 +152,10 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
     }))
     .await;
     let _ext = extension(env, run, &server, "[{name: BeforeRollout}]");
-    let shims2 = shims.clone();
-    let message = std::cell::RefCell::new(None::<String>);
-    let done = std::cell::Cell::new(false);
-    let poll = async {
-        while !done.get() {
-            if let Ok(s) = shims2.get(run).await
-                && let Some(c) = s
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find(|c| c.type_ == "RolloutHalted" && c.status == "True")
-            {
-                *message.borrow_mut() = c.message;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
     let mut cfg = FleetConfig::new(run, 3, "2", Duration::from_millis(200));
     cfg.deadline = Duration::from_secs(30);
-    let fleet = async {
-        let r = run_fleet(env, &cfg).await;
-        done.set(true);
-        r
-    };
-    let (r, ()) = tokio::join!(fleet, poll);
+    // the fleet ends on the status read that shows the halt, and keeps that status
+    let r = run_fleet(env, &cfg).await;
     eprintln!("{}", r.summary());
     assert!(
         r.halted,
@@ -187,7 +165,13 @@ async fn before_rollout_holds_the_whole_rollout_until_success_and_a_failure_halt
     );
     assert_eq!(r.installed, 0);
     assert_eq!(r.restarts, 0);
-    let m = message.borrow().clone().unwrap_or_default();
+    let m = r
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "RolloutHalted"))
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
     assert!(m.contains("change freeze until Monday"), "{m}");
     let r = hook_status(env, run, "BeforeRollout", 10).await;
     assert_eq!(r.result, "Failure", "{r:?}");

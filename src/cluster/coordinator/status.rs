@@ -334,7 +334,7 @@ pub fn with_hold(
         message: Some(message),
     };
     match hold {
-        Hold::Deferred(_, m) => set(
+        Hold::Deferred(_, m) | Hold::Asking(_, Some(m)) => set(
             conds,
             cond(
                 "RolloutDeferred",
@@ -343,8 +343,8 @@ pub fn with_hold(
                 format!("a BeforeRollout extension defers the rollout: {m}"),
             ),
         ),
-        // while asking, the condition stays as it was
-        Hold::Asking(_) => {
+        // asked first: the condition stays as it was
+        Hold::Asking(_, None) => {
             if let Some(c) = previous
                 .and_then(|p| p.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == "RolloutDeferred"))
@@ -444,7 +444,7 @@ mod hold_tests {
         );
         let asking = with_hold(
             ShimStatus::default(),
-            &Hold::Asking(Instant::now()),
+            &Hold::Asking(Instant::now(), None),
             None,
             1,
             Some(&deferred),
@@ -453,7 +453,7 @@ mod hold_tests {
         assert_eq!(asking.conditions, deferred.conditions);
         let fresh = with_hold(
             ShimStatus::default(),
-            &Hold::Asking(Instant::now()),
+            &Hold::Asking(Instant::now(), None),
             None,
             1,
             None,
@@ -465,7 +465,7 @@ mod hold_tests {
         assert_eq!(approved.approved_generation, Some(4));
         let later = with_hold(
             ShimStatus::default(),
-            &Hold::Asking(Instant::now()),
+            &Hold::Asking(Instant::now(), None),
             None,
             1,
             Some(&approved),
@@ -481,6 +481,29 @@ mod hold_tests {
             &now,
         );
         assert_eq!(next.approved_generation, Some(5));
+    }
+
+    #[test]
+    fn asked_again_after_a_deferral_the_rollout_is_shown_deferred_though_it_was_not_written() {
+        // the deferral's own status write was throttled; when the write is due the extensions
+        // are being asked again: the status still says deferred, with the last message
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let asking = with_hold(
+            ShimStatus::default(),
+            &Hold::Asking(Instant::now(), Some("busy".into())),
+            None,
+            1,
+            None,
+            &now,
+        );
+        let c = asking.conditions.unwrap_or_default();
+        let deferred = c.iter().find(|c| c.type_ == "RolloutDeferred");
+        assert_eq!(deferred.map(|c| c.status.as_str()), Some("True"), "{c:?}");
+        assert!(
+            deferred
+                .and_then(|c| c.message.as_deref())
+                .is_some_and(|m| m.contains("busy"))
+        );
     }
 
     #[test]
@@ -519,7 +542,7 @@ mod hold_tests {
         // the refusal is kept through later statuses (asking, going) of other generations
         let later = with_hold(
             ShimStatus::default(),
-            &Hold::Asking(Instant::now()),
+            &Hold::Asking(Instant::now(), None),
             None,
             4,
             Some(&refused),
