@@ -55,6 +55,22 @@ where
     (reader, task)
 }
 
+/// The watch configuration of an agent's caches: (re)listed from the API server's watch
+/// cache (resourceVersion 0), as the kubelet's informers list, not with a quorum read. A
+/// consistent list costs the API server a read from etcd and a wait (up to 3 s) for its
+/// cache to catch up; thousands of agents starting or relisting at once turned that into
+/// list timeouts and 429s that kept a 5000-node rollout from starting. The watch that follows
+/// brings whatever the listed state missed.
+///
+/// Unpaged: kube sends no `resourceVersion=0` with a page limit (and the API server ignores
+/// a limit on a read from its cache); what an agent lists is its own Node, its own Pods and
+/// the cluster's Shims and ShimExtensions.
+pub fn listed_from_cache() -> watcher::Config {
+    let mut config = watcher::Config::default().any_semantic();
+    config.page_size = None;
+    config
+}
+
 /// Aborts the reflector tasks when dropped.
 #[derive(Default)]
 pub struct Tasks(pub Vec<JoinHandle<()>>);

@@ -22,6 +22,7 @@ mod hooks_coordinator;
 mod hooks_nocrd;
 mod hooks_rollout;
 mod kustomize;
+mod lists;
 mod node_credential;
 mod readiness;
 mod resilience;

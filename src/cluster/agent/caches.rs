@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
@@ -16,7 +15,7 @@ use super::shim_cache::spawn_shim_cache;
 use super::{Agent, Exit, ROUND_QUIET_MAX_MILLIS, ROUND_QUIET_MILLIS};
 use crate::api::Shim;
 use crate::cluster::target::PodUse;
-use crate::cluster::watch::{Tasks, spawn_reflector};
+use crate::cluster::watch::{Tasks, listed_from_cache, spawn_reflector};
 use crate::txn::{HealthCheck, Restarter};
 
 /// The caches a round reads.
@@ -35,13 +34,13 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let (shims, t1) = spawn_shim_cache(c.clone(), nudge.clone());
         let (node, t2) = spawn_reflector(
             Api::<KubeNode>::all(c.clone()),
-            watcher::Config::default().fields(&format!("metadata.name={}", self.node_name)),
+            listed_from_cache().fields(&format!("metadata.name={}", self.node_name)),
             "node",
             nudge.clone(),
         );
         let (pods, t3) = spawn_reflector(
             Api::<Pod>::all(c.clone()),
-            watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name)),
+            listed_from_cache().fields(&format!("spec.nodeName={}", self.node_name)),
             "pods",
             nudge.clone(),
         );
@@ -49,7 +48,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         // starts no round (the channel has no reader)
         let (ext, t4) = spawn_reflector(
             Api::<crate::api::extension::ShimExtension>::all(c.clone()),
-            watcher::Config::default(),
+            listed_from_cache(),
             "shimextensions",
             mpsc::channel(1).0,
         );

@@ -21,7 +21,7 @@ use futures_util::StreamExt;
 use kube::api::{ListParams, PartialObjectMeta, VersionMatch};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, store::Writer};
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{Event, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -58,7 +58,7 @@ pub fn spawn_shim_cache(client: Client, nudge: mpsc::Sender<()>) -> (Store<Shim>
             known: BTreeMap::new(),
             pending: Vec::new(),
         };
-        let stream = watcher(metas, watcher::Config::default()).default_backoff();
+        let stream = watcher(metas, crate::cluster::watch::listed_from_cache()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         let mut failing = false;
         while let Some(first) = stream.next().await {

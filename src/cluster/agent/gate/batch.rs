@@ -9,7 +9,7 @@
 
 use futures_util::future::join_all;
 use kube::ResourceExt;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 
 use super::{SlotGate, gone};
 use crate::api::Shim;
@@ -46,8 +46,8 @@ impl<'a> SlotGate<'a> {
     /// taken, in order (the others taken are given back).
     pub(super) async fn try_all(&self, needs: &[&'a Shim]) -> Result<Vec<ShimLease>, GateError> {
         let names: Vec<String> = needs.iter().map(|s| s.name_any()).collect();
-        let lp =
-            ListParams::default().labels(&format!("{SLOT_SHIM_LABEL} in ({})", names.join(",")));
+        let lp = super::slots_listed_from_cache()
+            .labels(&format!("{SLOT_SHIM_LABEL} in ({})", names.join(",")));
         let list = self.api.list(&lp).await.map_err(|e| {
             super::api_failed(
                 &e,

@@ -30,6 +30,9 @@ use crate::txn::error::GateError;
 
 /// How soon a node lists again when its watch did not start.
 const RETRY_WATCH: Duration = Duration::from_secs(5);
+/// At most how long a node waits before it lists again when its watch ended early (drawn per
+/// node, Shim and list).
+const AFTER_ENDED: Duration = Duration::from_secs(2);
 
 /// `relist` ±25 %, drawn from the node's UID, the Shim and the list's resourceVersion.
 fn relist_after(relist: Duration, node_uid: &str, shim: &str, listed: &str) -> Duration {
@@ -98,8 +101,19 @@ impl SlotGate<'_> {
                     }
                     // the reservation moved to another node, or the slot went
                     Some(Ok(WatchEvent::Deleted(_) | WatchEvent::Bookmark(_))) => {}
-                    // an error, or the watch ended
-                    _ => return Ok(None),
+                    // an error (a 410), or the API server ended the watch early (it closes
+                    // the watches it cannot feed fast enough): list again, after a pause of
+                    // this node's own, so a fleet whose watches ended together does not list
+                    // together
+                    _ => {
+                        let pause = claim_delay(&self.my_uid, &name, seen.resource_version, AFTER_ENDED);
+                        tokio::select! {
+                            _ = tokio::time::sleep(pause) => {}
+                            _ = &mut relist => {}
+                            _ = self.shut() => {}
+                        }
+                        return Ok(None);
+                    }
                 },
                 _ = &mut relist => return Ok(None),
                 _ = self.shut() => return Ok(None),

@@ -100,6 +100,14 @@ fn now(skew_secs: i64) -> MicroTime {
     )
 }
 
+/// A list of slots as the API server's watch cache has them (resourceVersion 0), not a quorum
+/// read (see [`crate::cluster::watch::listed_from_cache`]): every take is a replace guarded by
+/// the version listed, so a list that is behind costs a 409 and a watch event, never a slot
+/// taken twice.
+fn slots_listed_from_cache() -> ListParams {
+    ListParams::default().match_any()
+}
+
 fn gone(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 404)
 }
@@ -151,7 +159,7 @@ impl<'a> SlotGate<'a> {
     /// its transaction), except failed ones, which stay until a retry succeeds.
     pub async fn release_leftovers(client: Client, me: &str) {
         let api: Api<ShimLease> = Api::namespaced(client, NAMESPACE);
-        let lp = ListParams::default().labels(&format!("{SLOT_HOLDER_LABEL}={me}"));
+        let lp = slots_listed_from_cache().labels(&format!("{SLOT_HOLDER_LABEL}={me}"));
         let Ok(list) = api.list(&lp).await else {
             return;
         };
@@ -188,7 +196,7 @@ impl<'a> SlotGate<'a> {
 
     async fn acquire_one(&self, shim: &Shim) -> Result<ShimLease, GateError> {
         let name = shim.name_any();
-        let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
+        let lp = slots_listed_from_cache().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
         loop {
             if self.shutting_down() {
                 return Err(GateError::ShuttingDown);
@@ -222,11 +230,12 @@ impl<'a> SlotGate<'a> {
                 Claim::Take(i) => Some(i),
                 Claim::Wait => None,
             };
-            if let Some(i) = at_once {
-                match self.take_now(shim, i, &leases).await? {
-                    Some(l) => return Ok(l),
-                    None => continue,
-                }
+            // a rival was first, or the list was behind: the watch from the list's version
+            // brings what changed, where a list again could show the same
+            if let Some(i) = at_once
+                && let Some(l) = self.take_now(shim, i, &leases).await?
+            {
+                return Ok(l);
             }
             crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
             let seen = contend::Seen {
