@@ -12,8 +12,9 @@
 //! While a Shim has few rivals per slot (the nodes it targets fit in its N slots, or are two
 //! at most), a node also takes a free slot reserved for nobody at once, from its list or from
 //! a watch of all the Shim's slots (a new Shim's first slot created, a slot released), so a
-//! small cluster does not wait for the coordinator. A watch that ends, the relist time or a
-//! shutdown: back to the list.
+//! small cluster does not wait for the coordinator. The relist time, or a shutdown: back to
+//! the list; a watch that ends early: back to the list after a pause that grows with each
+//! early end in a row ([`pause_after_ended`]).
 
 use std::pin::pin;
 use std::time::Duration;
@@ -30,9 +31,34 @@ use crate::txn::error::GateError;
 
 /// How soon a node lists again when its watch did not start.
 const RETRY_WATCH: Duration = Duration::from_secs(5);
-/// At most how long a node waits before it lists again when its watch ended early (drawn per
-/// node, Shim and list).
-const AFTER_ENDED: Duration = Duration::from_secs(2);
+/// The pause before a node lists again after its watch ended early: the first time, and the
+/// most, doubled at each early end in a row (as client-go's reflectors back off), and below
+/// the time a reservation waits for its node to claim it
+/// ([`crate::cluster::reservations::CLAIM_WITHIN`]).
+const ENDED_FIRST: Duration = Duration::from_millis(500);
+const ENDED_MOST: Duration = Duration::from_secs(8);
+
+/// How a wait for a slot ended.
+pub enum Waited {
+    /// This node took the slot.
+    Took(Box<ShimLease>),
+    /// The relist time came (or the watch could not start, or a shutdown): list again.
+    Relist,
+    /// The watch ended before its time (an error, or the API server closed it): list again
+    /// after [`pause_after_ended`].
+    Ended,
+}
+
+/// The pause before the list that follows the `times`-th early end of a watch in a row:
+/// [`ENDED_FIRST`] doubled each time up to [`ENDED_MOST`], each drawn in its upper half from
+/// the node's UID, the Shim and the list's resourceVersion, so a fleet whose watches the API
+/// server closed together neither lists together nor as fast as they fail.
+pub fn pause_after_ended(times: u32, node_uid: &str, shim: &str, listed: &str) -> Duration {
+    let full = ENDED_FIRST
+        .saturating_mul(1u32 << times.saturating_sub(1).min(16))
+        .min(ENDED_MOST);
+    full / 2 + claim_delay(node_uid, shim, listed, full / 2)
+}
 
 /// `relist` ±25 %, drawn from the node's UID, the Shim and the list's resourceVersion.
 fn relist_after(relist: Duration, node_uid: &str, shim: &str, listed: &str) -> Duration {
@@ -48,13 +74,8 @@ pub struct Seen<'s> {
 }
 
 impl SlotGate<'_> {
-    /// Until this node took a slot reserved for it (`Some`), or it must list the slots again
-    /// (`None`).
-    pub(super) async fn contend(
-        &self,
-        shim: &Shim,
-        seen: Seen<'_>,
-    ) -> Result<Option<ShimLease>, GateError> {
+    /// Until this node took a slot reserved for it, or it must list the slots again.
+    pub(super) async fn contend(&self, shim: &Shim, seen: Seen<'_>) -> Result<Waited, GateError> {
         let name = shim.name_any();
         let after = relist_after(
             self.timings.relist,
@@ -83,7 +104,7 @@ impl SlotGate<'_> {
                     _ = tokio::time::sleep(after.min(RETRY_WATCH)) => {}
                     _ = self.shut() => {}
                 }
-                return Ok(None);
+                return Ok(Waited::Relist);
             }
         };
         let mut relist = pin!(tokio::time::sleep(after));
@@ -96,27 +117,17 @@ impl SlotGate<'_> {
                         }
                         // a rival was first: the watch brings what came next
                         if let Some(l) = self.claim(shim, l).await? {
-                            return Ok(Some(l));
+                            return Ok(Waited::Took(Box::new(l)));
                         }
                     }
                     // the reservation moved to another node, or the slot went
                     Some(Ok(WatchEvent::Deleted(_) | WatchEvent::Bookmark(_))) => {}
                     // an error (a 410), or the API server ended the watch early (it closes
-                    // the watches it cannot feed fast enough): list again, after a pause of
-                    // this node's own, so a fleet whose watches ended together does not list
-                    // together
-                    _ => {
-                        let pause = claim_delay(&self.my_uid, &name, seen.resource_version, AFTER_ENDED);
-                        tokio::select! {
-                            _ = tokio::time::sleep(pause) => {}
-                            _ = &mut relist => {}
-                            _ = self.shut() => {}
-                        }
-                        return Ok(None);
-                    }
+                    // the watches it cannot feed fast enough)
+                    _ => return Ok(Waited::Ended),
                 },
-                _ = &mut relist => return Ok(None),
-                _ = self.shut() => return Ok(None),
+                _ = &mut relist => return Ok(Waited::Relist),
+                _ = self.shut() => return Ok(Waited::Relist),
             }
         }
     }
@@ -174,6 +185,28 @@ impl SlotGate<'_> {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_watch_that_keeps_ending_early_backs_off_to_a_bound_and_spreads_the_fleet() {
+        let p = |times| pause_after_ended(times, "uid-1", "wasm", "4711");
+        assert!(p(1) >= ENDED_FIRST / 2 && p(1) < ENDED_FIRST, "{:?}", p(1));
+        assert!(p(2) >= ENDED_FIRST && p(2) < ENDED_FIRST * 2, "{:?}", p(2));
+        for times in [5, 6, 40, u32::MAX] {
+            assert!(
+                p(times) >= ENDED_MOST / 2 && p(times) < ENDED_MOST,
+                "{:?}",
+                p(times)
+            );
+        }
+        // below the time a reservation waits for its node
+        assert!(ENDED_MOST < crate::cluster::reservations::CLAIM_WITHIN);
+        // a thousand nodes closed together: spread over the upper half of the pause
+        let after: Vec<Duration> = (0..1000)
+            .map(|i| pause_after_ended(3, &format!("uid-{i}"), "wasm", "4711"))
+            .collect();
+        let (lo, hi) = (after.iter().min().unwrap(), after.iter().max().unwrap());
+        assert!(*hi - *lo > Duration::from_millis(900), "{lo:?}..{hi:?}");
+    }
 
     #[test]
     fn a_fleet_that_listed_together_lists_again_spread_over_half_the_interval() {

@@ -197,6 +197,8 @@ impl<'a> SlotGate<'a> {
     async fn acquire_one(&self, shim: &Shim) -> Result<ShimLease, GateError> {
         let name = shim.name_any();
         let lp = slots_listed_from_cache().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
+        // the watches in a row that ended early
+        let mut ended = 0;
         loop {
             if self.shutting_down() {
                 return Err(GateError::ShuttingDown);
@@ -242,8 +244,17 @@ impl<'a> SlotGate<'a> {
                 resource_version: &rv,
                 few_rivals: few,
             };
-            if let Some(l) = self.contend(shim, seen).await? {
-                return Ok(l);
+            match self.contend(shim, seen).await? {
+                contend::Waited::Took(l) => return Ok(*l),
+                contend::Waited::Relist => ended = 0,
+                contend::Waited::Ended => {
+                    ended += 1;
+                    let pause = contend::pause_after_ended(ended, &self.my_uid, &name, &rv);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.shut() => {}
+                    }
+                }
             }
         }
     }
