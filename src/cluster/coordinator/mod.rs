@@ -40,6 +40,7 @@ mod error;
 pub mod plan;
 pub mod slot_writes;
 pub mod status;
+mod written;
 
 pub use class::runtime_class;
 pub use error::CoordinatorError;
@@ -129,6 +130,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         // the BeforeRollout calls run beside this loop; an answer nudges it
         rollout_hooks: RolloutHooks::new(hooks, recorder, tx),
         reservations: BTreeMap::new(),
+        written: BTreeMap::new(),
     };
     loop {
         let next = c.reconcile_all(&caches).await;
@@ -227,10 +229,26 @@ impl Coordinator {
             .map(|shim| self.rollout_of(shim, &views, &caches.leases))
             .collect();
         let existing_nodes: BTreeSet<String> = views.iter().map(|n| n.name.clone()).collect();
-        let writes = all.iter().zip(&kept).map(|(shim, (rollout, hold))| {
-            rollout.keep_slots(&self.client, shim, &existing_nodes, *hold != Hold::Go)
-        });
+        let now = Instant::now();
+        let mut written: Vec<written::Written> = all
+            .iter()
+            .zip(&kept)
+            .map(|(shim, (rollout, _))| {
+                let mut w = self.written.remove(&shim.name_any()).unwrap_or_default();
+                let plain: Vec<_> = rollout.slots.iter().map(|(s, _)| s.clone()).collect();
+                w.observe(&plain, now);
+                w
+            })
+            .collect();
+        let writes =
+            all.iter()
+                .zip(&kept)
+                .zip(written.iter_mut())
+                .map(|((shim, (rollout, hold)), w)| {
+                    rollout.keep_slots(&self.client, shim, &existing_nodes, *hold != Hold::Go, w)
+                });
         futures_util::future::join_all(writes).await;
+        self.written = all.iter().map(|s| s.name_any()).zip(written).collect();
         // a reservation that runs out is moved at that time
         let mut next: Option<Instant> = self
             .reservations
@@ -300,6 +318,8 @@ struct Coordinator {
     rollout_hooks: RolloutHooks,
     /// Each Shim's reservations between rounds (the coordinator's own clock).
     reservations: BTreeMap<String, Reservations>,
+    /// Each Shim's slot writes the cache has not shown yet.
+    written: BTreeMap<String, written::Written>,
 }
 
 impl Coordinator {

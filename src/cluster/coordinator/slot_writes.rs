@@ -16,6 +16,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::CoordinatorError;
 use super::status::{NodeView, with_rollout};
+use super::written::Written;
 use crate::api::lease::ShimLease;
 use crate::api::{Shim, ShimStatus};
 use crate::cluster::lease_edits;
@@ -142,13 +143,15 @@ impl Rollout {
     }
 
     /// Make the slot Leases what the rules say. `nodes`: the Nodes that exist; `held_back`:
-    /// an extension holds this generation's rollout (its slots close as in a halt).
+    /// an extension holds this generation's rollout (its slots close as in a halt);
+    /// `written`: the writes made against versions the cache may still show.
     pub async fn keep_slots(
         &self,
         client: &Client,
         shim: &Shim,
         nodes: &BTreeSet<String>,
         held_back: bool,
+        written: &mut Written,
     ) {
         let api = Api::<ShimLease>::namespaced(client.clone(), NAMESPACE);
         let plain: Vec<Slot> = self.slots.iter().map(|(s, _)| s.clone()).collect();
@@ -166,8 +169,8 @@ impl Rollout {
         actions.extend(plan_stamps(self.limits, &plain, &actions));
         actions.extend(self.reservations(&plain, &actions));
         let (narrowing, rest): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
-        if self.write_all(&api, shim, &narrowing).await {
-            self.write_all(&api, shim, &rest).await;
+        if self.write_all(&api, shim, &narrowing, written).await {
+            self.write_all(&api, shim, &rest, written).await;
         } else {
             tracing::debug!(shim = %name, "a slot moved while N shrank: the other writes wait for the next round");
         }
@@ -191,26 +194,43 @@ impl Rollout {
             .collect()
     }
 
-    /// Write `actions` side by side (each guarded by its own resourceVersion); true when
-    /// every one landed.
-    async fn write_all(&self, api: &Api<ShimLease>, shim: &Shim, actions: &[SlotAction]) -> bool {
+    /// Write `actions` side by side (each guarded by its own resourceVersion), except those
+    /// `written` already against the version the cache still shows; true when every one
+    /// landed.
+    async fn write_all(
+        &self,
+        api: &Api<ShimLease>,
+        shim: &Shim,
+        actions: &[SlotAction],
+        written: &mut Written,
+    ) -> bool {
         let name = &shim.name_any();
-        let writes = actions.iter().map(|action| async move {
-            match self.write(api, shim, action).await {
+        let (waiting, todo): (Vec<&SlotAction>, Vec<&SlotAction>) =
+            actions.iter().partition(|a| written.already(a));
+        for action in &waiting {
+            tracing::debug!(shim = %name, ?action, "written at this version already; the cache has not shown it yet");
+        }
+        let writes = todo
+            .into_iter()
+            .map(|action| async move { (action, self.write(api, shim, action).await) });
+        let now = Instant::now();
+        let mut landed = waiting.is_empty();
+        for (action, result) in futures_util::future::join_all(writes).await {
+            match result {
                 Ok(()) => {
                     tracing::debug!(shim = %name, ?action, "slot written");
-                    true
+                    written.note(action, now);
                 }
                 Err(e) => {
+                    if matches!(&e, kube::Error::Api(s) if s.code == 409 || s.code == 404) {
+                        written.note(action, now);
+                    }
                     CoordinatorError::Slot(e).record(&format!("{name}: {action:?}"));
-                    false
+                    landed = false;
                 }
             }
-        });
-        futures_util::future::join_all(writes)
-            .await
-            .into_iter()
-            .all(|ok| ok)
+        }
+        landed
     }
 
     /// One planned write of a slot Lease (a slot no longer listed is left for the next round).
