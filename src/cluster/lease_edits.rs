@@ -31,9 +31,7 @@ pub fn create(
     l.metadata.namespace = Some(NAMESPACE.into());
     l.metadata.labels = Some([(SLOT_SHIM_LABEL.to_string(), shim.name_any())].into());
     l.metadata.owner_references = shim.controller_owner_ref(&()).map(|o| vec![o]);
-    l.annotations_mut()
-        .insert(SLOT_TARGETED.into(), targeted.to_string());
-    stamp(close(l, closed), count)
+    stamp(close(l, closed), count, targeted)
 }
 
 /// The slot kept for `node` next (`None`: for nobody), by the coordinator.
@@ -122,13 +120,16 @@ pub fn close(mut lease: ShimLease, closed: Option<Closed>) -> ShimLease {
     lease
 }
 
-/// N stamped on the slot (nothing without a limit).
-pub fn stamp(mut lease: ShimLease, count: Option<u32>) -> ShimLease {
+/// N stamped on the slot (nothing without a limit), and the nodes its Shim targets.
+pub fn stamp(mut lease: ShimLease, count: Option<u32>, targeted: u32) -> ShimLease {
     if let Some(n) = count {
         lease
             .annotations_mut()
             .insert(SLOT_COUNT.into(), n.to_string());
     }
+    lease
+        .annotations_mut()
+        .insert(SLOT_TARGETED.into(), targeted.to_string());
     lease
 }
 

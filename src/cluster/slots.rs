@@ -150,6 +150,9 @@ pub struct Slot {
     pub closed: Option<Closed>,
     /// N as the coordinator last stamped it (`None`: not stamped yet).
     pub count: Option<u32>,
+    /// The nodes the Shim targeted as the coordinator last stamped them
+    /// ([`crate::api::lease::SLOT_TARGETED`]).
+    pub targeted: Option<u32>,
     pub resource_version: String,
 }
 
@@ -207,6 +210,7 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
         count: ann
             .and_then(|a| a.get(SLOT_COUNT))
             .and_then(|c| c.parse().ok()),
+        targeted: crate::cluster::reservations::slot_targeted(lease),
         resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
     })
 }
@@ -409,14 +413,23 @@ fn mark(s: &Slot, closed: Option<Closed>, out: &mut Vec<SlotAction>) {
 /// Stamps of N on the kept slots (below N) that show another N and that `planned` does not
 /// already write: so the nodes waiting on them see N change and choose their candidates
 /// again, without watching every slot.
-pub fn plan_stamps(limits: Limits, slots: &[Slot], planned: &[SlotAction]) -> Vec<SlotAction> {
+pub fn plan_stamps(
+    limits: Limits,
+    targeted: u32,
+    slots: &[Slot],
+    planned: &[SlotAction],
+) -> Vec<SlotAction> {
     let Some(n) = limits.slots else {
         return Vec::new();
     };
     let written = |i: u32| planned.iter().any(|a| a.index() == i);
+    // the nodes read "few rivals" from the stamps: restamped when the verdict changed (a
+    // Shim whose slots were made before the coordinator saw its fleet, or a fleet that grew)
+    let few = |t: Option<u32>| crate::cluster::reservations::few_rivals(n, t);
+    let stale = |s: &Slot| s.count != Some(n) || few(s.targeted) != few(Some(targeted));
     slots
         .iter()
-        .filter(|s| s.index < n && s.count != Some(n) && !written(s.index))
+        .filter(|s| s.index < n && stale(s) && !written(s.index))
         .map(|s| SlotAction::Stamp {
             index: s.index,
             resource_version: s.resource_version.clone(),

@@ -249,7 +249,7 @@ async fn holds_to_its_own_slot(
         "drop its Shim owner",
         coordinators,
     );
-    let e = lease_edits::stamp(taken.clone(), Some(50));
+    let e = lease_edits::stamp(taken.clone(), Some(50), 0);
     denied(
         as_me.replace(name, &pp, &e).await,
         "stamp N = 50",

@@ -166,7 +166,7 @@ impl Rollout {
         };
         let name = shim.name_any();
         let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
-        actions.extend(plan_stamps(self.limits, &plain, &actions));
+        actions.extend(plan_stamps(self.limits, self.targeted, &plain, &actions));
         actions.extend(self.reservations(&plain, &actions));
         let (narrowing, rest): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
         if self.write_all(&api, shim, &narrowing, written).await {
@@ -272,7 +272,10 @@ impl Rollout {
                 api.delete(&slot_name(&name, *index), &dp).await.map(|_| ())
             }
             SlotAction::Mark { index, closed, .. } => match lease(*index) {
-                Some(l) => replace(lease_edits::stamp(lease_edits::close(l, *closed), count)).await,
+                Some(l) => {
+                    let closed = lease_edits::close(l, *closed);
+                    replace(lease_edits::stamp(closed, count, self.targeted)).await
+                }
                 None => Ok(()),
             },
             SlotAction::Free { index, .. } => match lease(*index) {
@@ -283,7 +286,7 @@ impl Rollout {
                 None => Ok(()),
             },
             SlotAction::Stamp { index, .. } => match lease(*index) {
-                Some(l) => replace(lease_edits::stamp(l, count)).await,
+                Some(l) => replace(lease_edits::stamp(l, count, self.targeted)).await,
                 None => Ok(()),
             },
             SlotAction::Reserve { index, node, .. } => match lease(*index) {
@@ -318,7 +321,7 @@ mod tests {
             max_failures: 0,
         };
         let mut actions = plan_slots(limits, false, &slots, |_| false);
-        actions.extend(plan_stamps(limits, &slots, &actions));
+        actions.extend(plan_stamps(limits, 0, &slots, &actions));
         let (first, then): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
         assert_eq!(first.len(), 4, "{first:?}");
         assert!(first.iter().all(|a| matches!(a, SlotAction::Delete { .. })));

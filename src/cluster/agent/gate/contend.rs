@@ -26,6 +26,7 @@ use kube::api::{PostParams, WatchEvent, WatchParams};
 use super::{SlotGate, gone};
 use crate::api::Shim;
 use crate::api::lease::{SLOT_RESERVED_LABEL, ShimLease};
+use crate::cluster::reservations::slots_have_few_rivals;
 use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_of};
 use crate::txn::error::GateError;
 
@@ -112,6 +113,11 @@ impl SlotGate<'_> {
             tokio::select! {
                 ev = events.next() => match ev {
                     Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
+                        // the coordinator restamped the slots (the fleet outgrew them): list
+                        // again, and wait for a reservation
+                        if all && slot_of(shim, &l).is_some() && !slots_have_few_rivals([&l]) {
+                            return Ok(Waited::Relist);
+                        }
                         if !self.mine_to_take(shim, &l, all) {
                             continue;
                         }
