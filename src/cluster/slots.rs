@@ -32,7 +32,7 @@ use crate::api::{RolloutType, Shim};
 
 pub use crate::api::lease::{
     SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_RESERVED_LABEL,
-    SLOT_SHIM_LABEL,
+    SLOT_SHIM_LABEL, SLOT_TARGETED,
 };
 /// Annotation on a Shim: a new value resumes a halted rollout.
 pub const RESUME_ANNOTATION: &str = "containerd.x-k8s.io/resume-rollout";
@@ -210,7 +210,9 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
         count: ann
             .and_then(|a| a.get(SLOT_COUNT))
             .and_then(|c| c.parse().ok()),
-        targeted: crate::cluster::reservations::slot_targeted(lease),
+        targeted: ann
+            .and_then(|a| a.get(SLOT_TARGETED))
+            .and_then(|c| c.parse().ok()),
         resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
     })
 }
@@ -410,23 +412,21 @@ fn mark(s: &Slot, closed: Option<Closed>, out: &mut Vec<SlotAction>) {
     }
 }
 
-/// Stamps of N on the kept slots (below N) that show another N and that `planned` does not
-/// already write: so the nodes waiting on them see N change and choose their candidates
-/// again, without watching every slot.
+/// Stamps of N on the kept slots (below N) that show another N, or whose targeted nodes
+/// `retarget(N, slot)` says to stamp again, and that `planned` does not already write: so the
+/// nodes waiting on them see N change and choose their candidates again, without watching
+/// every slot.
 pub fn plan_stamps(
     limits: Limits,
-    targeted: u32,
     slots: &[Slot],
     planned: &[SlotAction],
+    retarget: impl Fn(u32, &Slot) -> bool,
 ) -> Vec<SlotAction> {
     let Some(n) = limits.slots else {
         return Vec::new();
     };
     let written = |i: u32| planned.iter().any(|a| a.index() == i);
-    // the nodes read "few rivals" from the stamps: restamped when the verdict changed (a
-    // Shim whose slots were made before the coordinator saw its fleet, or a fleet that grew)
-    let few = |t: Option<u32>| crate::cluster::reservations::few_rivals(n, t);
-    let stale = |s: &Slot| s.count != Some(n) || few(s.targeted) != few(Some(targeted));
+    let stale = |s: &Slot| s.count != Some(n) || retarget(n, s);
     slots
         .iter()
         .filter(|s| s.index < n && stale(s) && !written(s.index))

@@ -23,7 +23,7 @@ use crate::cluster::lease_edits;
 use crate::cluster::names::NAMESPACE;
 use crate::cluster::nodestate::NodePhase;
 use crate::cluster::reservations::{
-    Reservations, Waiter, plan_reservations, slots_have_few_rivals,
+    Reservations, Waiter, few_rivals, plan_reservations, slots_have_few_rivals,
 };
 use crate::cluster::slots::{
     Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
@@ -46,6 +46,14 @@ fn narrows(action: &SlotAction) -> bool {
         | SlotAction::Stamp { .. }
         | SlotAction::Reserve { .. } => false,
     }
+}
+
+/// Whether `slot`'s targeted-nodes stamp must be written again for a Shim with `n` slots that
+/// targets `targeted` nodes: the nodes read "few rivals" from it, so it is restamped when
+/// that verdict changed (slots made before the coordinator's cache held the fleet, a fleet
+/// that grew or shrank), not at every change of the count.
+pub fn retarget(n: u32, slot: &Slot, targeted: u32) -> bool {
+    few_rivals(n, slot.targeted) != few_rivals(n, Some(targeted))
 }
 
 /// The slots of `shim` the coordinator sees, with their Leases.
@@ -166,7 +174,9 @@ impl Rollout {
         };
         let name = shim.name_any();
         let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
-        actions.extend(plan_stamps(self.limits, self.targeted, &plain, &actions));
+        actions.extend(plan_stamps(self.limits, &plain, &actions, |n, s| {
+            retarget(n, s, self.targeted)
+        }));
         actions.extend(self.reservations(&plain, &actions));
         let (narrowing, rest): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
         if self.write_all(&api, shim, &narrowing, written).await {
@@ -321,7 +331,7 @@ mod tests {
             max_failures: 0,
         };
         let mut actions = plan_slots(limits, false, &slots, |_| false);
-        actions.extend(plan_stamps(limits, 0, &slots, &actions));
+        actions.extend(plan_stamps(limits, &slots, &actions, |_, _| false));
         let (first, then): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
         assert_eq!(first.len(), 4, "{first:?}");
         assert!(first.iter().all(|a| matches!(a, SlotAction::Delete { .. })));
@@ -335,5 +345,34 @@ mod tests {
         };
         assert!(narrows(&mark(Some(Closed::Budget))));
         assert!(!narrows(&mark(None)));
+    }
+
+    #[test]
+    fn the_targeted_stamp_follows_the_fleet_when_it_changes_who_may_take_an_unreserved_slot() {
+        // slots made while the coordinator saw 3 nodes (N = 5: few rivals, any node takes a
+        // free slot at once); the fleet is 5000 now: restamped, or 5000 nodes rush every free
+        // slot
+        let limits = Limits {
+            slots: Some(5),
+            max_failures: 0,
+        };
+        let stamped = |i, t| Slot {
+            count: Some(5),
+            targeted: Some(t),
+            ..slot(i, None)
+        };
+        let stamps = |slots: &[Slot], targeted| {
+            plan_stamps(limits, slots, &[], |n, s| retarget(n, s, targeted))
+        };
+        let few: Vec<Slot> = (0..5).map(|i| stamped(i, 3)).collect();
+        let s = stamps(&few, 5000);
+        assert_eq!(s.len(), 5, "{s:?}");
+        assert!(s.iter().all(|a| matches!(a, SlotAction::Stamp { .. })));
+        // the fleet changed without changing the verdict: no write
+        let many: Vec<Slot> = (0..5).map(|i| stamped(i, 4000)).collect();
+        assert!(stamps(&many, 5000).is_empty());
+        assert!(stamps(&few, 4).is_empty());
+        // and back: the fleet shrank to fit its slots
+        assert_eq!(stamps(&many, 2).len(), 5);
     }
 }
