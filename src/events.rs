@@ -25,6 +25,20 @@ pub async fn publish(recorder: &Recorder, ev: &Event, refs: &[ObjectReference]) 
     }
 }
 
+/// Each Event of `batch` about each of its references, all side by side; failures are
+/// logged and dropped.
+pub async fn publish_all(recorder: &Recorder, batch: &[(Event, Vec<ObjectReference>)]) {
+    let each = batch
+        .iter()
+        .flat_map(|(ev, refs)| refs.iter().map(move |r| (ev, r)))
+        .map(|(ev, r)| async move {
+            if let Err(e) = recorder.publish(ev, r).await {
+                tracing::debug!(error = %e, "cannot publish an Event");
+            }
+        });
+    futures_util::future::join_all(each).await;
+}
+
 /// [`publish`] in a task of its own, beside whatever the caller does next.
 pub fn publish_beside(recorder: Recorder, ev: Event, refs: Vec<ObjectReference>) {
     tokio::spawn(async move { publish(&recorder, &ev, &refs).await });

@@ -19,19 +19,15 @@ const COLLECTIONS: [&str; 5] = ["nodes", "pods", "shims", "shimextensions", "shi
 
 /// The node agent's transport, every request's path and query recorded.
 async fn recording_client(rig: &Rig, seen: Arc<Mutex<Vec<String>>>) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(&rig.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let observe = move |req: http::Request<kube::client::Body>| {
+    rig.observed_client(move |req: http::Request<kube::client::Body>| {
         if req.method() == http::Method::GET {
             let uri = req.uri();
             let line = format!("{}?{}", uri.path(), uri.query().unwrap_or(""));
             seen.lock().unwrap().push(line);
         }
         req
-    };
-    shim_agent::cluster::transport::client_observed(config, observe).unwrap()
+    })
+    .await
 }
 
 /// The lists among `requests` (GETs of a collection, not watches) made as quorum reads.

@@ -25,6 +25,7 @@ mod kustomize;
 mod lists;
 mod node_credential;
 mod readiness;
+mod report_order;
 mod resilience;
 mod retain;
 mod runtime_class;

@@ -72,6 +72,23 @@ impl Rig {
         }
     }
 
+    /// The node's client on the agent's transport, each request passed through `observe`
+    /// on its way out (recorded, or rewritten).
+    pub async fn observed_client<F>(&self, observe: F) -> Client
+    where
+        F: Fn(http::Request<kube::client::Body>) -> http::Request<kube::client::Body>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+    {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        shim_agent::cluster::transport::client_observed(config, observe).unwrap()
+    }
+
     pub async fn node(&self) -> KubeNode {
         Api::<KubeNode>::all(self.admin.clone())
             .get(&self.name)

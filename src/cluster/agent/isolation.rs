@@ -49,7 +49,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     }
 
     /// The Shims set aside now; each gets an `AgentCrashed` failure (and an Event, once).
-    pub(super) async fn set_aside(
+    pub(super) fn set_aside(
         &mut self,
         store: &StateStore,
         state: &mut NodeState,
@@ -86,8 +86,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                     EventType::Warning,
                     crashes::REASON,
                     format!("{}: {message}", crashes::REASON),
-                )
-                .await;
+                );
             }
         }
         self.memory.keep_aside_only(&aside);

@@ -19,6 +19,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, watch as tokio_watch};
@@ -74,6 +75,8 @@ pub struct Agent<'n, 'a, R, H> {
     /// What it remembers between rounds.
     memory: Memory,
     recorder: Recorder,
+    /// The round's Events, published at its end.
+    outbox: Vec<(kube::runtime::events::Event, Vec<ObjectReference>)>,
 }
 
 impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
@@ -93,6 +96,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             startup_taint: None,
             shutdown: None,
             memory: Memory::default(),
+            outbox: Vec::new(),
         }
     }
 

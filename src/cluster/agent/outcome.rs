@@ -36,7 +36,7 @@ fn report_digest(before: &NodeState, name: &str) -> String {
 }
 
 impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
-    pub(super) async fn succeeded(
+    pub(super) fn succeeded(
         &mut self,
         report: &Report,
         before: &NodeState,
@@ -64,18 +64,16 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 self.node_name
             );
             tracing::info!(shim = %name, node = %self.node_name, "{note}");
-            self.emit(cluster, name, node, EventType::Normal, reason, note)
-                .await;
+            self.emit(cluster, name, node, EventType::Normal, reason, note);
         }
         for name in &report.removed {
             let note = format!("{name} uninstalled from node {}", self.node_name);
             tracing::info!(shim = %name, node = %self.node_name, "{note}");
-            self.emit(cluster, name, node, EventType::Normal, "Uninstalled", note)
-                .await;
+            self.emit(cluster, name, node, EventType::Normal, "Uninstalled", note);
         }
     }
 
-    pub(super) async fn failed(
+    pub(super) fn failed(
         &mut self,
         e: anyhow::Error,
         work: &[String],
@@ -118,12 +116,11 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed, retrying in {} s: {message}", pause.as_secs());
             let ev_reason = event_reason(reason, before.shims.contains_key(&name), shim.is_some());
             let note = format!("{reason}: {message}");
-            self.emit(cluster, &name, node, EventType::Warning, ev_reason, note)
-                .await;
+            self.emit(cluster, &name, node, EventType::Warning, ev_reason, note);
         }
     }
 
-    pub(super) async fn report_blocked_and_conflicts(
+    pub(super) fn report_blocked_and_conflicts(
         &mut self,
         plan: &NodePlan,
         cluster: &[Shim],
@@ -143,8 +140,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 EventType::Warning,
                 "UninstallBlocked",
                 note,
-            )
-            .await;
+            );
         }
         for name in &plan.conflicts {
             if self.memory.conflict_seen(name) {
@@ -160,17 +156,17 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                     EventType::Warning,
                     "StaticShimWins",
                     note,
-                )
-                .await;
+                );
             }
         }
         self.memory.keep_conflicts_only(&plan.conflicts);
     }
 
-    /// An Event on the Shim (when it still exists) and on the Node; failures to publish are
-    /// logged at debug level only (Events are best effort).
-    pub(super) async fn emit(
-        &self,
+    /// An Event on the Shim (when it still exists) and on the Node, kept for the end of the
+    /// round ([`Agent::publish_events`]): the Node's labels and state go out first, so a
+    /// batch's Events never hold up its labels.
+    pub(super) fn emit(
+        &mut self,
         cluster: &[Shim],
         shim: &str,
         node: &KubeNode,
@@ -183,7 +179,14 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         if let Some(s) = cluster.iter().find(|s| s.name() == shim) {
             refs.push(s.object_ref(&()));
         }
-        crate::events::publish(&self.recorder, &ev, &refs).await;
+        self.outbox.push((ev, refs));
+    }
+
+    /// The round's Events, all at once; failures to publish are logged at debug level only
+    /// (Events are best effort).
+    pub(super) async fn publish_events(&mut self) {
+        let batch = std::mem::take(&mut self.outbox);
+        crate::events::publish_all(&self.recorder, &batch).await;
     }
 }
 

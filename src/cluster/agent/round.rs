@@ -2,8 +2,8 @@
 //! (which changes, held back by failures and crashes, one at a time after an unnamed batch
 //! failure), take the labels off before an uninstall, build the gate (rollout slots with the
 //! node hooks around them), transact (one transaction for every change, the Node told what
-//! is under way beside it), and report (Events, the failure memory, the Node's labels and
-//! state).
+//! is under way beside it), and report (the failure memory, the Node's labels and state,
+//! then the round's Events).
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::{Resource, ResourceExt};
@@ -52,10 +52,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         self.memory.forget_stale(&read.cluster);
         self.memory.expire(Instant::now());
         let mut held = self.memory.held(Instant::now());
-        held.extend(
-            self.set_aside(store, state, &read.cluster, &read.node)
-                .await,
-        );
+        held.extend(self.set_aside(store, state, &read.cluster, &read.node));
         let view = RoundView {
             cluster: &read.cluster,
             statics: &read.statics,
@@ -73,20 +70,14 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             .transact(store, state, &view, &plan, &work, caches, &mut current)
             .await;
         match result {
-            Ok(report) => {
-                self.succeeded(&report, &before, &read.cluster, &current)
-                    .await
-            }
-            Err(e) => {
-                self.failed(e, &work, &before, &read.cluster, &current)
-                    .await
-            }
+            Ok(report) => self.succeeded(&report, &before, &read.cluster, &current),
+            Err(e) => self.failed(e, &work, &before, &read.cluster, &current),
         }
         self.adopt_into_cluster(store, state, &read.cluster, &read.statics, &labels);
-        self.report_blocked_and_conflicts(&plan, &read.cluster, &current)
-            .await;
+        self.report_blocked_and_conflicts(&plan, &read.cluster, &current);
         self.sync_node(current, &view, state, &plan).await;
         self.end_work(store, state, &work);
+        self.publish_events().await;
     }
 
     /// The caches and `shims.d` as the round reads them; `None` before this Node is known.

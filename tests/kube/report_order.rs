@@ -1,0 +1,87 @@
+//! What a round reports, in what order: the Node's labels and state first, then the round's
+//! Events. Events are best effort; a label is what the scheduler and the user wait for. Each
+//! Event is a round trip (two per Shim: on the Shim and on the Node), and a batch of 50
+//! Shims once waited about 0.8 s for its Events before its labels (BENCHMARKS.md, the daemon
+//! benchmark).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use shim_agent::cluster::agent::{Agent, Exit};
+use shim_agent::cluster::coordinator;
+
+use crate::support::agent_rig::{Rig, cluster_node, fast};
+use crate::support::kube::{SERIAL, eventually};
+use crate::support::live::{fake, shim_yaml};
+
+/// How long the API server holds each of the agent's Event writes here.
+const HELD_SECS: u64 = 15;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_does_not_wait_for_the_events_of_its_round() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("report-order").await else {
+        return;
+    };
+    let shim = "report-order-a";
+    rig.force_delete(shim).await;
+    // every Event the agent writes becomes a watch of its own Node that the API server holds
+    // for HELD_SECS: a slow Events endpoint, on the real server
+    let held = Arc::new(AtomicUsize::new(0));
+    let (counted, node) = (held.clone(), rig.name.clone());
+    let client = rig
+        .observed_client(move |mut req: http::Request<kube::client::Body>| {
+            if req.method() == http::Method::POST && req.uri().path().ends_with("/events") {
+                counted.fetch_add(1, Ordering::SeqCst);
+                *req.method_mut() = http::Method::GET;
+                *req.uri_mut() = format!(
+                    "/api/v1/nodes?fieldSelector=metadata.name%3D{node}&watch=true&timeoutSeconds={HELD_SECS}"
+                )
+                .parse()
+                .unwrap();
+            }
+            req
+        })
+        .await;
+    let f = fake(&rig.w);
+    let n = cluster_node(&rig.w, &f);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = tokio::spawn(coordinator::run(
+        crate::support::kube::client_for(&rig.env.coordinator_identity()).await,
+        rig.name.clone(),
+        fast(),
+        stop.clone(),
+    ));
+    let agent = async {
+        let mut agent = Agent::new(&n, client, rig.name.clone());
+        let (store, mut state) = agent.node.open().await.unwrap();
+        let (_files_tx, mut files) = tokio::sync::mpsc::channel(1);
+        let exit = agent
+            .run(&store, &mut state, stop.clone(), &mut files, || false)
+            .await
+            .unwrap();
+        assert_eq!(exit, Exit::Shutdown);
+    };
+    let body = async {
+        let (ok, out) = rig
+            .env
+            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "report-order")));
+        assert!(ok, "{out}");
+        // the label comes before the round's two Installed Events (held HELD_SECS each) end:
+        // reported after them, it would come 2 × HELD_SECS after the install
+        eventually(
+            HELD_SECS - 3,
+            "the label, while the Events are held",
+            || async { (rig.label(shim).await.as_deref() == Some("true")).then_some(()) },
+        )
+        .await;
+        eventually(HELD_SECS - 3, "the round's Events sent", || async {
+            (held.load(Ordering::SeqCst) >= 2).then_some(())
+        })
+        .await;
+        let _ = stop_tx.send(true);
+    };
+    tokio::join!(agent, body);
+    let _ = coordinator.await;
+    rig.force_delete(shim).await;
+}
