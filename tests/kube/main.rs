@@ -16,6 +16,7 @@ mod agent;
 mod agent_edges;
 mod api;
 mod bad_shims;
+mod coordinator_batch;
 mod fleet;
 mod hooks;
 mod hooks_coordinator;

@@ -82,11 +82,7 @@ impl Rig {
             + Sync
             + 'static,
     {
-        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        shim_agent::cluster::transport::client_observed(config, observe).unwrap()
+        super::kube::observed_client_for(&self.kubeconfig, observe).await
     }
 
     pub async fn node(&self) -> KubeNode {

@@ -271,6 +271,23 @@ pub async fn client_for(kubeconfig: &Path) -> Client {
     Client::try_from(config).unwrap()
 }
 
+/// A client for `kubeconfig` on the agent's own transport, each request passed through
+/// `observe` on its way out (recorded, or rewritten).
+pub async fn observed_client_for<F>(kubeconfig: &Path, observe: F) -> Client
+where
+    F: Fn(http::Request<kube::client::Body>) -> http::Request<kube::client::Body>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    let kc = Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    shim_agent::cluster::transport::client_observed(config, observe).unwrap()
+}
+
 /// Poll `f` every 100 ms until it returns `Some`, or panic after `secs` naming `what`.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
 where

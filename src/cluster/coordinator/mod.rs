@@ -126,7 +126,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
     let mut c = Coordinator {
         client,
         config,
-        last_status_write: BTreeMap::new(),
+        last_status_write: Default::default(),
         // the BeforeRollout calls run beside this loop; an answer nudges it
         rollout_hooks: RolloutHooks::new(hooks, recorder, tx),
         reservations: BTreeMap::new(),
@@ -255,11 +255,16 @@ impl Coordinator {
             .values()
             .filter_map(Reservations::next_due)
             .min();
-        for (shim, rollout) in all.into_iter().zip(kept) {
-            let due = match self
-                .reconcile(&shim, &views, &caches.classes, rollout)
-                .await
-            {
+        // then each Shim's finalizer, RuntimeClass and status, all Shims side by side
+        let (this, views) = (&*self, &views);
+        let reconciles = all.iter().zip(kept).map(|(shim, rollout)| async move {
+            (
+                shim,
+                this.reconcile(shim, views, &caches.classes, rollout).await,
+            )
+        });
+        for (shim, r) in futures_util::future::join_all(reconciles).await {
+            let due = match r {
                 Ok(due) => due,
                 Err(e) => {
                     e.record(&format!("Shim {}", shim.name_any()));
@@ -314,7 +319,9 @@ fn node_views(nodes: &Store<KubeNode>) -> Vec<NodeView> {
 struct Coordinator {
     client: Client,
     config: CoordinatorConfig,
-    last_status_write: BTreeMap<String, Instant>,
+    /// When each Shim's status was last written (the Shims' reconciles run side by side;
+    /// the lock is never held across an await).
+    last_status_write: std::sync::Mutex<BTreeMap<String, Instant>>,
     rollout_hooks: RolloutHooks,
     /// Each Shim's reservations between rounds (the coordinator's own clock).
     reservations: BTreeMap<String, Reservations>,
@@ -346,7 +353,7 @@ impl Coordinator {
     /// ([`plan::plan_shim`]), execute. Returns when it wants to be looked at again (a
     /// deferral, a throttled status).
     async fn reconcile(
-        &mut self,
+        &self,
         shim: &Shim,
         nodes: &[NodeView],
         classes: &Store<RuntimeClass>,
@@ -363,7 +370,7 @@ impl Coordinator {
             with_rollout: &with_rollout,
             hold: &hold,
             approved: self.rollout_hooks.approved(shim),
-            last_status_write: self.last_status_write.get(&name).copied(),
+            last_status_write: self.status_written().get(&name).copied(),
             status_interval: self.config.status_interval,
             now: Instant::now(),
             time: &time,
@@ -374,7 +381,7 @@ impl Coordinator {
     /// Carry out a Shim's [`ShimActions`](plan::ShimActions), in order: the finalizer in, the
     /// RuntimeClass, the status, the finalizer out.
     async fn execute(
-        &mut self,
+        &self,
         shim: &Shim,
         actions: plan::ShimActions,
     ) -> Result<Option<Instant>, CoordinatorError> {
@@ -394,7 +401,7 @@ impl Coordinator {
             write_status(&shims, shim, &status)
                 .await
                 .map_err(E::status)?;
-            self.last_status_write
+            self.status_written()
                 .insert(shim.name_any(), Instant::now());
         }
         if actions.remove_finalizer {
@@ -402,10 +409,18 @@ impl Coordinator {
             set_finalizers(&shims, shim, finalizers.cloned().collect())
                 .await
                 .map_err(E::finalizer)?;
-            self.last_status_write.remove(&shim.name_any());
+            self.status_written().remove(&shim.name_any());
             tracing::info!(shim = %shim.name_any(), "every node is clean; finalizer removed");
         }
         Ok(actions.due)
+    }
+
+    /// When each Shim's status was last written; a poisoned lock (a panic elsewhere, which
+    /// the daemon forbids) still yields the map.
+    fn status_written(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Instant>> {
+        self.last_status_write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The Shim's RuntimeClass as `action` says: kept, deleted, or server-side applied.

@@ -1,0 +1,73 @@
+//! A batch of new Shims costs the coordinator one round trip, not one per Shim: each Shim's
+//! finalizer, RuntimeClass and status are written beside the other Shims', as their slots
+//! are. Written one Shim after another, a 50-Shim batch waited about 25 ms per Shim for its
+//! RuntimeClasses before the last Shim's slots could follow (BENCHMARKS.md, the daemon
+//! benchmark).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use shim_agent::cluster::coordinator;
+
+use crate::support::agent_rig::{Rig, fast};
+use crate::support::kube::{SERIAL, eventually, observed_client_for};
+use crate::support::live::shim_yaml;
+
+/// How long the API server holds each RuntimeClass write of the batch here.
+const HELD_SECS: u64 = 15;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coordinator_writes_a_batch_of_runtime_classes_side_by_side() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("coord-batch").await else {
+        return;
+    };
+    let shims = ["coord-batch-a", "coord-batch-b", "coord-batch-c"];
+    for s in shims {
+        rig.force_delete(s).await;
+    }
+    let docs: Vec<String> = shims
+        .iter()
+        .map(|s| shim_yaml(&rig.w, s, "1", ("test", "coord-batch")))
+        .collect();
+    let (ok, out) = rig.env.apply(&docs.join("---\n"));
+    assert!(ok, "{out}");
+    // each RuntimeClass write of the batch becomes a watch of the test's Node that the API
+    // server holds for HELD_SECS: a slow RuntimeClass endpoint, on the real server
+    let held = Arc::new(AtomicUsize::new(0));
+    let (counted, node) = (held.clone(), rig.name.clone());
+    let client = observed_client_for(
+        &rig.env.coordinator_identity(),
+        move |mut req: http::Request<kube::client::Body>| {
+            let path = req.uri().path();
+            if req.method() == http::Method::PATCH
+                && path.contains("/runtimeclasses/coord-batch-")
+            {
+                counted.fetch_add(1, Ordering::SeqCst);
+                *req.method_mut() = http::Method::GET;
+                *req.uri_mut() = format!(
+                    "/api/v1/nodes?fieldSelector=metadata.name%3D{node}&watch=true&timeoutSeconds={HELD_SECS}"
+                )
+                .parse()
+                .unwrap();
+            }
+            req
+        },
+    )
+    .await;
+    // started once all three exist, so its first round sees the whole batch
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = tokio::spawn(coordinator::run(client, rig.name.clone(), fast(), stop));
+    // one after another, the second write would start only when the first one ends
+    eventually(
+        HELD_SECS - 3,
+        "the batch's RuntimeClass writes all under way",
+        || async { (held.load(Ordering::SeqCst) >= shims.len()).then_some(()) },
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    let _ = coordinator.await;
+    for s in shims {
+        rig.force_delete(s).await;
+    }
+}
