@@ -325,6 +325,12 @@ where
     }
 }
 
+/// Whether `stop` says stop: it turned true, or its sender is gone (nothing can ever say
+/// go on; waiting for a change would return at once, and the election would spin).
+pub fn stopping(stop: &tokio::sync::watch::Receiver<bool>) -> bool {
+    *stop.borrow() || stop.has_changed().is_err()
+}
+
 /// `d` stretched by up to 20% (client-go's JitterFactor 1.2), so candidates spread out.
 fn jitter(d: Duration) -> Duration {
     let nanos = std::time::SystemTime::now()
@@ -407,5 +413,48 @@ mod tests {
             Decision::Write(w) => assert_eq!(w.lease_transitions, Some(3)),
             d => panic!("{d:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use std::time::Duration;
+
+    use super::stopping;
+    use crate::cluster::coordinator::{CoordinatorConfig, run};
+
+    #[test]
+    fn a_stop_channel_whose_sender_is_gone_says_stop() {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        assert!(!stopping(&rx));
+        drop(tx);
+        assert!(stopping(&rx));
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tx.send(true).unwrap();
+        assert!(stopping(&rx));
+    }
+
+    /// Its stop sender dropped (its owner ended without a word), the coordinator ends; it
+    /// once went round its election loop without a pause, every error logged, for ever.
+    #[tokio::test]
+    async fn the_coordinator_ends_when_its_stop_sender_is_gone() {
+        // an API server that refuses every connection
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(1);
+        let uri = format!("http://127.0.0.1:{port}")
+            .parse()
+            .unwrap_or_default();
+        let client = kube::Client::try_from(kube::Config::new(uri)).expect("a client");
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let coordinator = tokio::spawn(run(client, "n".into(), CoordinatorConfig::default(), rx));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(tx);
+        let ended = tokio::time::timeout(Duration::from_secs(10), coordinator).await;
+        assert!(
+            ended.is_ok(),
+            "the coordinator still runs with no one to stop it"
+        );
     }
 }

@@ -89,7 +89,8 @@ impl Default for CoordinatorConfig {
     }
 }
 
-/// Take part in the election until `stop` turns true; lead while elected.
+/// Take part in the election until `stop` turns true (or its sender is gone); lead while
+/// elected.
 pub async fn run(
     client: Client,
     identity: String,
@@ -101,7 +102,7 @@ pub async fn run(
     loop {
         let c = client.clone();
         lead(&mut lock, stop.clone(), || duties(c, config)).await;
-        if *stop.borrow() {
+        if election::stopping(&stop) {
             if let Err(e) = lock.release().await {
                 tracing::debug!(error = %e, "cannot release the coordinator lease");
             }
