@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use shim_agent::cluster::coordinator;
 
 use crate::support::agent_rig::{Rig, fast};
-use crate::support::kube::{SERIAL, eventually, observed_client_for};
-use crate::support::live::shim_yaml;
+use crate::support::kube::{SERIAL, client_for, eventually, observed_client_for};
+use crate::support::live::{shim_builder, shim_yaml};
 
 /// How long the API server holds each RuntimeClass write of the batch here.
 const HELD_SECS: u64 = 15;
@@ -70,4 +70,78 @@ async fn the_coordinator_writes_a_batch_of_runtime_classes_side_by_side() {
     for s in shims {
         rig.force_delete(s).await;
     }
+}
+
+/// Two Shims that name one RuntimeClass, reconciled side by side in one round: neither
+/// applies it (the admission policy would refuse each: a class belongs to the one Shim that
+/// names it) and both say `RuntimeClassConflict`, naming the other, round after round. Once
+/// one of them goes, the other gets its class. Without the rule both tried every round and
+/// failed on the policy, and neither said why in its status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shims_naming_one_runtime_class_both_report_the_conflict_until_one_goes() {
+    use k8s_openapi::api::node::v1::RuntimeClass;
+    use kube::api::DeleteParams;
+    use kube::{Api, ResourceExt};
+
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("coord-rc").await else {
+        return;
+    };
+    let (a, b, class) = ("coord-rc-a", "coord-rc-b", "coord-rc-shared");
+    let classes: Api<RuntimeClass> = Api::all(rig.admin.clone());
+    let _ = classes.delete(class, &DeleteParams::default()).await;
+    for s in [a, b] {
+        rig.force_delete(s).await;
+    }
+    let doc = |name: &str| {
+        shim_builder(&rig.w, name, "1")
+            .node_selector("test", "coord-rc")
+            .runtime_class(class)
+            .yaml()
+    };
+    let (ok, out) = rig.env.apply(&format!("{}---\n{}", doc(a), doc(b)));
+    assert!(ok, "{out}");
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = tokio::spawn(coordinator::run(
+        client_for(&rig.env.coordinator_identity()).await,
+        rig.name.clone(),
+        fast(),
+        stop,
+    ));
+    let both_say_so = || async {
+        for (me, other) in [(a, b), (b, a)] {
+            let shim = rig.shim(me).await?;
+            let ready = shim
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
+            let message = ready.message.unwrap_or_default();
+            let named = message.contains(&format!("named by Shim {other}"));
+            if ready.reason.as_deref() != Some("RuntimeClassConflict") || !named {
+                return None;
+            }
+        }
+        classes.get_opt(class).await.ok()?.is_none().then_some(())
+    };
+    eventually(30, "both in conflict, and no class", both_say_so).await;
+    // and it stays so, round after round
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(both_say_so().await.is_some(), "the conflict did not hold");
+    // one goes: the other gets its class
+    rig.force_delete(b).await;
+    eventually(30, "a's class", || async {
+        let rc = classes.get_opt(class).await.ok()??;
+        let owners: Vec<String> = rc
+            .owner_references()
+            .iter()
+            .map(|o| o.name.clone())
+            .collect();
+        (owners == [a] && rc.handler == a).then_some(())
+    })
+    .await;
+    let _ = stop_tx.send(true);
+    let _ = coordinator.await;
+    rig.force_delete(a).await;
+    let _ = classes.delete(class, &DeleteParams::default()).await;
 }

@@ -1,6 +1,6 @@
 //! The RuntimeClass a Shim wants (docs/design.md §7), pure: built from `spec.runtimeClass`
 //! in the RuntimeClass API's own shapes, and compared with the one there, so that the
-//! coordinator applies it only when it differs.
+//! coordinator applies it only when it differs; and which Shims name the same class.
 
 use std::collections::BTreeMap;
 
@@ -115,6 +115,32 @@ fn applied_keys(rc: &RuntimeClass, field: &str) -> Vec<String> {
         })
         .collect()
 }
+/// For each live Shim, the other live Shims that name the same RuntimeClass. While no class
+/// of that name exists none of them applies it: the admission policy lets a class belong to
+/// no Shim but the one that names it (docs/design.md §7), so each apply would be refused, and
+/// reconciled side by side they would race. Each reports the conflict instead. Once a class
+/// exists, its owner decides.
+pub fn rivals_for_class(shims: &[&Shim]) -> BTreeMap<String, Vec<String>> {
+    let mut by_class: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for s in shims
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+    {
+        by_class
+            .entry(s.spec.runtime_class.name.as_str())
+            .or_default()
+            .push(s.name_any());
+    }
+    let mut out = BTreeMap::new();
+    for names in by_class.into_values().filter(|n| n.len() > 1) {
+        for n in &names {
+            let others = names.iter().filter(|o| *o != n).cloned().collect();
+            out.insert(n.clone(), others);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Toleration;

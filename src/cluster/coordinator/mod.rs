@@ -258,10 +258,15 @@ impl Coordinator {
             .min();
         // then each Shim's finalizer, RuntimeClass and status, all Shims side by side
         let (this, views) = (&*self, &views);
+        let shims: Vec<&Shim> = all.iter().map(|s| &**s).collect();
+        let rivals = class::rivals_for_class(&shims);
+        let rivals = &rivals;
         let reconciles = all.iter().zip(kept).map(|(shim, rollout)| async move {
+            let rivals = rivals.get(&shim.name_any()).map_or(&[][..], Vec::as_slice);
             (
                 shim,
-                this.reconcile(shim, views, &caches.classes, rollout).await,
+                this.reconcile(shim, views, &caches.classes, rivals, rollout)
+                    .await,
             )
         });
         for (shim, r) in futures_util::future::join_all(reconciles).await {
@@ -358,6 +363,7 @@ impl Coordinator {
         shim: &Shim,
         nodes: &[NodeView],
         classes: &Store<RuntimeClass>,
+        rivals: &[String],
         (rollout, hold): (Rollout, Hold),
     ) -> Result<Option<Instant>, CoordinatorError> {
         let name = shim.name_any();
@@ -368,6 +374,7 @@ impl Coordinator {
             shim,
             nodes,
             runtime_class: rc.as_deref(),
+            rivals,
             with_rollout: &with_rollout,
             hold: &hold,
             approved: self.rollout_hooks.approved(shim),

@@ -26,6 +26,9 @@ pub struct ShimFacts<'a> {
     pub nodes: &'a [NodeView],
     /// The RuntimeClass named by the Shim, as the coordinator's watch has it.
     pub runtime_class: Option<&'a RuntimeClass>,
+    /// The other live Shims that name the same RuntimeClass
+    /// ([`rivals_for_class`](super::class::rivals_for_class)).
+    pub rivals: &'a [String],
     /// The status the rollout part (slots, halts) adds to the node-derived one.
     pub with_rollout: &'a dyn Fn(ShimStatus) -> ShimStatus,
     /// The BeforeRollout hold of this generation, and the generation approved now.
@@ -88,14 +91,22 @@ fn ours(f: &ShimFacts<'_>) -> Option<bool> {
 
 fn plan_apply(f: &ShimFacts<'_>) -> ShimActions {
     let rc_name = &f.shim.spec.runtime_class.name;
-    let conflict = (ours(f) == Some(false)).then(|| {
-        (
+    let conflict = match ours(f) {
+        Some(false) => Some((
             "RuntimeClassConflict",
             format!(
                 "RuntimeClass {rc_name:?} already exists and does not belong to this Shim; delete it or set another spec.runtimeClass.name"
             ),
-        )
-    });
+        )),
+        None if !f.rivals.is_empty() => Some((
+            "RuntimeClassConflict",
+            format!(
+                "RuntimeClass {rc_name:?} is named by Shim {} too, and a RuntimeClass belongs to one Shim; set another spec.runtimeClass.name",
+                crate::text::clip(&f.rivals.join(", "), 512)
+            ),
+        )),
+        _ => None,
+    };
     // Applied before any node serves the handler: its nodeSelector keeps pods on the nodes
     // that do, and a pod of the class waits Pending, where an autoscaler sees it, rather
     // than being refused at admission for want of a RuntimeClass.
@@ -271,6 +282,7 @@ mod tests {
             shim: s,
             nodes,
             runtime_class: rc,
+            rivals: &[],
             with_rollout: &keep,
             hold: &Hold::Go,
             approved: None,
@@ -411,6 +423,7 @@ mod tests {
                 shim: &s,
                 nodes: &[],
                 runtime_class: None,
+                rivals: &[],
                 with_rollout: &moved,
                 hold: &Hold::Go,
                 approved: None,
@@ -434,5 +447,58 @@ mod tests {
             matches!(at(60).status, StatusAction::Write(_)),
             "a minute on"
         );
+    }
+
+    #[test]
+    fn shims_naming_one_class_that_does_not_exist_all_report_the_conflict_and_none_applies_it() {
+        let named = |name: &str, extra: &str| {
+            let mut s = shim(extra);
+            s.metadata.name = Some(name.into());
+            s
+        };
+        let (a, b) = (named("a", ""), named("b", ""));
+        let going = named("c", ", deletionTimestamp: '2026-01-02T00:00:00Z'");
+        let mut other = named("d", "");
+        other.spec.runtime_class.name = "rc-d".into();
+        let rivals = super::super::class::rivals_for_class(&[&a, &b, &going, &other]);
+        // a Shim being deleted names nothing any more; a Shim alone with its class has none
+        assert_eq!(rivals.get("a").cloned(), Some(vec!["b".to_string()]));
+        assert_eq!(rivals.get("b").cloned(), Some(vec!["a".to_string()]));
+        assert_eq!(rivals.get("c"), None);
+        assert_eq!(rivals.get("d"), None);
+        let time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let keep = |st: ShimStatus| st;
+        let facts = |s, rivals, rc| ShimFacts {
+            shim: s,
+            nodes: &[],
+            runtime_class: rc,
+            rivals,
+            with_rollout: &keep,
+            hold: &Hold::Go,
+            approved: None,
+            last_status_write: None,
+            status_interval: Duration::from_secs(2),
+            now: Instant::now(),
+            time: &time,
+        };
+        let b_rivals = ["b".to_string()];
+        let held = plan_shim(&facts(&a, &b_rivals, None));
+        assert_eq!(held.runtime_class, ClassAction::Keep);
+        let StatusAction::Write(st) = held.status else {
+            panic!("{held:?}")
+        };
+        let said = format!("{st:?}");
+        assert!(
+            said.contains("RuntimeClassConflict") && said.contains("named by Shim b"),
+            "{said}"
+        );
+        // the class exists and is a's: a keeps it, whoever else names it
+        let ClassAction::Apply(rc) = plan_shim(&facts(&a, &[], None)).runtime_class else {
+            panic!("a alone applies its class")
+        };
+        assert!(rc.owner_references().iter().any(|o| o.uid == "u1"));
+        let kept = plan_shim(&facts(&a, &b_rivals, Some(&rc)));
+        assert_eq!(kept.runtime_class, ClassAction::Keep);
+        assert!(!format!("{:?}", kept.status).contains("RuntimeClassConflict"));
     }
 }
