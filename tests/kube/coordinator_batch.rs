@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use shim_agent::cluster::coordinator;
 
 use crate::support::agent_rig::{Rig, fast};
-use crate::support::kube::{SERIAL, client_for, eventually, observed_client_for};
+use crate::support::kube::{SERIAL, client_for, eventually, hold_as_watch, observed_client_for};
 use crate::support::live::{shim_builder, shim_yaml};
 
 /// How long the API server holds each RuntimeClass write of the batch here.
@@ -40,16 +40,10 @@ async fn the_coordinator_writes_a_batch_of_runtime_classes_side_by_side() {
         &rig.env.coordinator_identity(),
         move |mut req: http::Request<kube::client::Body>| {
             let path = req.uri().path();
-            if req.method() == http::Method::PATCH
-                && path.contains("/runtimeclasses/coord-batch-")
+            if req.method() == http::Method::PATCH && path.contains("/runtimeclasses/coord-batch-")
             {
                 counted.fetch_add(1, Ordering::SeqCst);
-                *req.method_mut() = http::Method::GET;
-                *req.uri_mut() = format!(
-                    "/api/v1/nodes?fieldSelector=metadata.name%3D{node}&watch=true&timeoutSeconds={HELD_SECS}"
-                )
-                .parse()
-                .unwrap();
+                hold_as_watch(&mut req, &node, HELD_SECS);
             }
             req
         },

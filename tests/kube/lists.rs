@@ -7,10 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shim_agent::cluster::agent::{Agent, Exit};
 use shim_agent::cluster::coordinator;
 
-use crate::support::agent_rig::{Rig, cluster_node, fast};
+use crate::support::agent_rig::{Rig, cluster_node, fast, run_agent};
 use crate::support::kube::{SERIAL, eventually};
 use crate::support::live::{fake, shim_yaml};
 
@@ -81,16 +80,7 @@ async fn the_agent_lists_from_the_watch_cache_never_with_a_quorum_read() {
         fast(),
         stop.clone(),
     ));
-    let agent = async {
-        let mut agent = Agent::new(&n, client, rig.name.clone());
-        let (store, mut state) = agent.node.open().await.unwrap();
-        let (_files_tx, mut files) = tokio::sync::mpsc::channel(1);
-        let exit = agent
-            .run(&store, &mut state, stop.clone(), &mut files, || false)
-            .await
-            .unwrap();
-        assert_eq!(exit, Exit::Shutdown);
-    };
+    let agent = run_agent(&n, client, &rig.name, stop.clone());
     let body = async {
         // two Shims at once: the agent's caches, a batch of slots, and each Shim's read
         let docs: Vec<String> = shims

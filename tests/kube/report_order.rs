@@ -8,11 +8,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use shim_agent::cluster::agent::{Agent, Exit};
 use shim_agent::cluster::coordinator;
 
-use crate::support::agent_rig::{Rig, cluster_node, fast};
-use crate::support::kube::{SERIAL, eventually};
+use crate::support::agent_rig::{Rig, cluster_node, fast, run_agent};
+use crate::support::kube::{SERIAL, eventually, hold_as_watch};
 use crate::support::live::{fake, shim_yaml};
 
 /// How long the API server holds each of the agent's Event writes here.
@@ -35,12 +34,7 @@ async fn a_label_waits_for_no_event_of_its_round_nor_of_the_round_before() {
         .observed_client(move |mut req: http::Request<kube::client::Body>| {
             if req.method() == http::Method::POST && req.uri().path().ends_with("/events") {
                 counted.fetch_add(1, Ordering::SeqCst);
-                *req.method_mut() = http::Method::GET;
-                *req.uri_mut() = format!(
-                    "/api/v1/nodes?fieldSelector=metadata.name%3D{node}&watch=true&timeoutSeconds={HELD_SECS}"
-                )
-                .parse()
-                .unwrap();
+                hold_as_watch(&mut req, &node, HELD_SECS);
             }
             req
         })
@@ -54,16 +48,7 @@ async fn a_label_waits_for_no_event_of_its_round_nor_of_the_round_before() {
         fast(),
         stop.clone(),
     ));
-    let agent = async {
-        let mut agent = Agent::new(&n, client, rig.name.clone());
-        let (store, mut state) = agent.node.open().await.unwrap();
-        let (_files_tx, mut files) = tokio::sync::mpsc::channel(1);
-        let exit = agent
-            .run(&store, &mut state, stop.clone(), &mut files, || false)
-            .await
-            .unwrap();
-        assert_eq!(exit, Exit::Shutdown);
-    };
+    let agent = run_agent(&n, client, &rig.name, stop.clone());
     let body = async {
         let (ok, out) = rig
             .env

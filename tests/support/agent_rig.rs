@@ -164,6 +164,23 @@ pub fn cluster_node<'a>(
     n
 }
 
+/// The node agent of `n` on `client`, until `stop` turns true.
+pub async fn run_agent<'a>(
+    n: &shim_agent::txn::Node<'a, &'a FakeContainerd, &'a FakeContainerd>,
+    client: Client,
+    name: &str,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut agent = shim_agent::cluster::agent::Agent::new(n, client, name.to_string());
+    let (store, mut state) = agent.node.open().await.unwrap();
+    let (_files_tx, mut files) = tokio::sync::mpsc::channel(1);
+    let exit = agent
+        .run(&store, &mut state, stop, &mut files, || false)
+        .await
+        .unwrap();
+    assert_eq!(exit, shim_agent::cluster::agent::Exit::Shutdown);
+}
+
 /// Run the agent beside `body`; stop it when `body` ends.
 pub async fn with_agent<Fut: std::future::Future<Output = ()>>(
     rig: &Rig,

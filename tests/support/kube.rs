@@ -288,6 +288,17 @@ where
     shim_agent::cluster::transport::client_observed(config, observe).unwrap()
 }
 
+/// `req` turned into a watch of Node `node` that the API server holds for `secs` before it
+/// ends it: a slow endpoint for that one request, on the real server.
+pub fn hold_as_watch(req: &mut http::Request<kube::client::Body>, node: &str, secs: u64) {
+    *req.method_mut() = http::Method::GET;
+    *req.uri_mut() = format!(
+        "/api/v1/nodes?fieldSelector=metadata.name%3D{node}&watch=true&timeoutSeconds={secs}"
+    )
+    .parse()
+    .unwrap();
+}
+
 /// Poll `f` every 100 ms until it returns `Some`, or panic after `secs` naming `what`.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
 where

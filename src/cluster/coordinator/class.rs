@@ -115,6 +115,7 @@ fn applied_keys(rc: &RuntimeClass, field: &str) -> Vec<String> {
         })
         .collect()
 }
+
 /// For each live Shim, the other live Shims that name the same RuntimeClass. While no class
 /// of that name exists none of them applies it: the admission policy lets a class belong to
 /// no Shim but the one that names it (docs/design.md §7), so each apply would be refused, and
