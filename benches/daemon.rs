@@ -25,10 +25,9 @@ use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use shim_agent::api::Shim;
-use shim_agent::cluster::agent::{Agent, Exit};
 use shim_agent::cluster::coordinator::{self, CoordinatorConfig};
 use shim_agent::cluster::{STATE_ANNOTATION, node_label};
-use support::agent_rig::cluster_node;
+use support::agent_rig::{cluster_node, run_agent};
 use support::kube::{KubeEnv, kube_env};
 use support::live::{fake, shim_yaml, world};
 
@@ -177,20 +176,7 @@ async fn bench() {
         CoordinatorConfig::default(),
         stop.clone(),
     ));
-    let agent = |n, client, name: &str| {
-        let stop = stop.clone();
-        let name = name.to_string();
-        async move {
-            let mut agent = Agent::new(n, client, name);
-            let (store, mut state) = agent.node.open().await.unwrap();
-            let (_files_tx, mut files) = tokio::sync::mpsc::channel(1);
-            let exit = agent
-                .run(&store, &mut state, stop, &mut files, || false)
-                .await
-                .unwrap();
-            assert_eq!(exit, Exit::Shutdown);
-        }
-    };
+    let agent = |n, client, name: &'static str| run_agent(n, client, name, stop.clone());
     let body = async {
         let shims: Vec<String> = (0..50).map(|i| format!("bench-{i:02}")).collect();
         let docs: Vec<String> = shims

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use shim_agent::cluster::coordinator;
 
 use crate::support::agent_rig::{Rig, fast};
-use crate::support::kube::{SERIAL, client_for, eventually, hold_as_watch, observed_client_for};
+use crate::support::kube::{SERIAL, eventually, hold_as_watch, observed_client_for};
 use crate::support::live::{shim_builder, shim_yaml};
 
 /// How long the API server holds each RuntimeClass write of the batch here.
@@ -96,12 +96,7 @@ async fn two_shims_naming_one_runtime_class_both_report_the_conflict_until_one_g
     let (ok, out) = rig.env.apply(&format!("{}---\n{}", doc(a), doc(b)));
     assert!(ok, "{out}");
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = tokio::spawn(coordinator::run(
-        client_for(&rig.env.coordinator_identity()).await,
-        rig.name.clone(),
-        fast(),
-        stop,
-    ));
+    let coordinator = rig.spawn_coordinator(stop).await;
     let both_say_so = || async {
         for (me, other) in [(a, b), (b, a)] {
             let shim = rig.shim(me).await?;

@@ -7,9 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shim_agent::cluster::coordinator;
-
-use crate::support::agent_rig::{Rig, cluster_node, fast, run_agent};
+use crate::support::agent_rig::{Rig, cluster_node, run_agent};
 use crate::support::kube::{SERIAL, eventually};
 use crate::support::live::{fake, shim_yaml};
 
@@ -74,12 +72,7 @@ async fn the_agent_lists_from_the_watch_cache_never_with_a_quorum_read() {
     let f = fake(&rig.w);
     let n = cluster_node(&rig.w, &f);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = tokio::spawn(coordinator::run(
-        crate::support::kube::client_for(&rig.env.coordinator_identity()).await,
-        rig.name.clone(),
-        fast(),
-        stop.clone(),
-    ));
+    let coordinator = rig.spawn_coordinator(stop.clone()).await;
     let agent = run_agent(&n, client, &rig.name, stop.clone());
     let body = async {
         // two Shims at once: the agent's caches, a batch of slots, and each Shim's read

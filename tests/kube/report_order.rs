@@ -8,9 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use shim_agent::cluster::coordinator;
-
-use crate::support::agent_rig::{Rig, cluster_node, fast, run_agent};
+use crate::support::agent_rig::{Rig, cluster_node, run_agent};
 use crate::support::kube::{SERIAL, eventually, hold_as_watch};
 use crate::support::live::{fake, shim_yaml};
 
@@ -42,12 +40,7 @@ async fn a_label_waits_for_no_event_of_its_round_nor_of_the_round_before() {
     let f = fake(&rig.w);
     let n = cluster_node(&rig.w, &f);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = tokio::spawn(coordinator::run(
-        crate::support::kube::client_for(&rig.env.coordinator_identity()).await,
-        rig.name.clone(),
-        fast(),
-        stop.clone(),
-    ));
+    let coordinator = rig.spawn_coordinator(stop.clone()).await;
     let agent = run_agent(&n, client, &rig.name, stop.clone());
     let body = async {
         let (ok, out) = rig

@@ -85,6 +85,20 @@ impl Rig {
         super::kube::observed_client_for(&self.kubeconfig, observe).await
     }
 
+    /// A coordinator with the coordinator identity and [`fast`] timings, until `stop`.
+    pub async fn spawn_coordinator(
+        &self,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let client = super::kube::client_for(&self.env.coordinator_identity()).await;
+        tokio::spawn(shim_agent::cluster::coordinator::run(
+            client,
+            self.name.clone(),
+            fast(),
+            stop,
+        ))
+    }
+
     pub async fn node(&self) -> KubeNode {
         Api::<KubeNode>::all(self.admin.clone())
             .get(&self.name)
