@@ -31,5 +31,6 @@ mod resilience;
 mod retain;
 mod runtime_class;
 mod shim_cache;
+mod slot_batch;
 mod slots;
 mod slow_server;

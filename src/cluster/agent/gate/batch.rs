@@ -6,6 +6,12 @@
 //! (in name order) of what it got and gives the rest back before it waits for anything, so a
 //! node never waits while it holds a slot of a Shim after the one it waits for. A slot taken
 //! out of order is held for one round trip and never waited on.
+//!
+//! The first Shim's slot is claimed alone, before the others: a node that does not get it
+//! would keep none of them, so it writes nothing more. Two nodes that start one batch at the
+//! same moment then race for one slot, not for each, and the loser leaves the rest to the
+//! winner instead of taking half of them and giving them back (one round trip more for a
+//! node alone).
 
 use futures_util::future::join_all;
 use kube::ResourceExt;
@@ -54,8 +60,19 @@ impl<'a> SlotGate<'a> {
                 format!("cannot list the slots of {}: {e}", names.join(", ")),
             )
         })?;
-        let tries = needs.iter().map(|shim| self.try_one(shim, &list.items));
-        let got: Vec<Option<ShimLease>> = join_all(tries).await;
+        // the head alone first: a node that cannot have it keeps nothing after it, so it tries
+        // nothing after it either (two nodes starting one batch together would otherwise
+        // split its slots between them, and each give back its share)
+        let Some((head, tail)) = needs.split_first() else {
+            return Ok(Vec::new());
+        };
+        let Some(first) = self.try_one(head, &list.items).await else {
+            return Ok(Vec::new());
+        };
+        let tries = tail.iter().map(|shim| self.try_one(shim, &list.items));
+        let got: Vec<Option<ShimLease>> = std::iter::once(Some(first))
+            .chain(join_all(tries).await)
+            .collect();
         let prefix = got.iter().take_while(|g| g.is_some()).count();
         let (kept, rest) = got.split_at(prefix);
         let back = rest

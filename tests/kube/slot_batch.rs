@@ -1,0 +1,151 @@
+//! A batch's slots on the real API server: a node claims the first Shim's slot of its batch
+//! alone, before the others. While a rival holds that slot, the node writes no slot at all;
+//! once the rival lets it go, the node takes the whole batch. Before, it took every other free
+//! slot of the batch and gave each back (it may keep only a prefix in name order), so two
+//! nodes starting one batch together split it and wrote it twice (BENCHMARKS.md, the daemon
+//! benchmark).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use shim_agent::api::Shim;
+use shim_agent::api::lease::ShimLease;
+use shim_agent::cluster::NAMESPACE;
+use shim_agent::cluster::agent::gate::{GateTimings, SlotGate};
+use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
+use shim_agent::txn::Gate;
+
+use crate::support::agent_rig::Rig;
+use crate::support::kube::{SERIAL, client_for, eventually, observed_client_for};
+use crate::support::live::shim_yaml;
+
+const SHIMS: [&str; 6] = [
+    "slot-head-0",
+    "slot-head-1",
+    "slot-head-2",
+    "slot-head-3",
+    "slot-head-4",
+    "slot-head-5",
+];
+
+/// The holder of each Shim's slot, in `SHIMS` order.
+async fn holders(admin: &kube::Client) -> Vec<Option<String>> {
+    let api: Api<ShimLease> = Api::namespaced(admin.clone(), NAMESPACE);
+    let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL} in ({})", SHIMS.join(",")));
+    let slots = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
+    SHIMS
+        .iter()
+        .map(|s| {
+            slots
+                .iter()
+                .find(|l| l.labels().get(SLOT_SHIM_LABEL).map(String::as_str) == Some(s))
+                .and_then(|l| l.spec.holder_identity.clone())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("slot-head").await else {
+        return;
+    };
+    let rival = "slot-head-rival";
+    rig.env.create_node(rival, &[("test", "slot-head")]).await;
+    for s in SHIMS {
+        rig.force_delete(s).await;
+    }
+    let docs: Vec<String> = SHIMS
+        .iter()
+        .map(|s| shim_yaml(&rig.w, s, "1", ("test", "slot-head")))
+        .collect();
+    let (ok, out) = rig.env.apply(&docs.join("---\n"));
+    assert!(ok, "{out}");
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = rig.spawn_coordinator(stop).await;
+    eventually(30, "a slot of every Shim", || async {
+        holders(&rig.admin)
+            .await
+            .len()
+            .eq(&SHIMS.len())
+            .then_some(())
+    })
+    .await;
+    let shims: Vec<Shim> = Api::<Shim>::all(rig.admin.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| SHIMS.contains(&s.name_any().as_str()))
+        .collect();
+    let uid = |n: &str| {
+        let nodes: Api<KubeNode> = Api::all(rig.admin.clone());
+        let n = n.to_string();
+        async move { nodes.get(&n).await.unwrap().uid().unwrap() }
+    };
+    let names: Vec<String> = SHIMS.iter().map(|s| s.to_string()).collect();
+
+    // the rival holds the first Shim's slot
+    let rival_client = client_for(&rig.env.node_identity(rival)).await;
+    let rival_uid = uid(rival).await;
+    let rival_gate = SlotGate::new(
+        rival_client,
+        rival,
+        &rival_uid,
+        &shims,
+        GateTimings::default(),
+    );
+    rival_gate.acquire(&names[..1]).await.unwrap();
+
+    // every slot write this node sends
+    let writes = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = writes.clone();
+    let client = observed_client_for(
+        &rig.kubeconfig,
+        move |req: http::Request<kube::client::Body>| {
+            let write = req.method() != http::Method::GET;
+            if write && req.uri().path().contains("/shimleases") {
+                let w = format!("{} {}", req.method(), req.uri().path());
+                seen.lock().unwrap().push(w);
+            }
+            req
+        },
+    )
+    .await;
+    let my_uid = uid(&rig.name).await;
+    let gate = SlotGate::new(client, &rig.name, &my_uid, &shims, GateTimings::default());
+    let watch = async {
+        // long enough for a whole try of the batch and its give-backs
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let while_held = writes.lock().unwrap().clone();
+        let held = holders(&rig.admin).await;
+        rival_gate.release().await;
+        (while_held, held)
+    };
+    let (acquired, (while_held, held)) = tokio::join!(gate.acquire(&names), watch);
+    assert!(
+        while_held.is_empty(),
+        "slot writes while a rival held the batch's first slot: {while_held:?}"
+    );
+    assert_eq!(
+        held,
+        [vec![Some(rival.to_string())], vec![None; SHIMS.len() - 1]].concat(),
+        "the other slots were left free"
+    );
+    acquired.unwrap();
+    assert_eq!(
+        holders(&rig.admin).await,
+        vec![Some(rig.name.clone()); SHIMS.len()],
+        "the node took the whole batch once the first slot was free"
+    );
+    gate.release().await;
+    let _ = stop_tx.send(true);
+    let _ = coordinator.await;
+    for s in SHIMS {
+        rig.force_delete(s).await;
+    }
+}
