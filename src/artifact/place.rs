@@ -206,11 +206,16 @@ pub(super) fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>, ArtifactError> {
     missing.reverse();
     let mut created = Vec::new();
     for d in missing {
-        if let Err(e) = fs::create_dir(&d) {
-            for c in created.iter().rev() {
-                let _ = fs::remove_dir(c);
+        match fs::create_dir(&d) {
+            Ok(()) => {}
+            // made meanwhile by a placement beside this one: not ours to take away
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => continue,
+            Err(e) => {
+                for c in created.iter().rev() {
+                    let _ = fs::remove_dir(c);
+                }
+                return Err(ArtifactError::io("create directory", &d, e));
             }
-            return Err(ArtifactError::io("create directory", &d, e));
         }
         let _ = fs::set_permissions(&d, fs::Permissions::from_mode(0o755));
         created.push(d);

@@ -161,3 +161,38 @@ fn names_that_would_leave_the_shims_dir_are_refused() {
     }
     assert_eq!(placed_files(host.path()), Vec::<String>::new());
 }
+
+#[test]
+fn trees_placed_side_by_side_on_a_fresh_host_all_arrive() {
+    // a transaction places its trees in parallel, and on a fresh host each placement finds
+    // /opt/shim-agent/shims missing: the one that creates it must not fail the others
+    let src = tree(&[("containerd-shim-demo-v2", real_elf())]);
+    let digest = "ab".repeat(32);
+    for round in 0..40 {
+        let host = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(host.path()).unwrap();
+        let start = std::sync::Barrier::new(8);
+        let results: Vec<_> = std::thread::scope(|s| {
+            let placers: Vec<_> = (0..8)
+                .map(|i| {
+                    let (root, start, src) = (&root, &start, src.path());
+                    let digest = digest.as_str();
+                    s.spawn(move || {
+                        start.wait();
+                        shim_agent::artifact::place_tree(root, &format!("s{i}"), digest, src)
+                    })
+                })
+                .collect();
+            placers.into_iter().map(|p| p.join().unwrap()).collect()
+        });
+        for (i, r) in results.iter().enumerate() {
+            assert!(r.is_ok(), "round {round}, placement {i}: {r:?}");
+        }
+        for i in 0..8 {
+            let bin = host.path().join(format!(
+                "opt/shim-agent/shims/s{i}/{digest}/containerd-shim-demo-v2"
+            ));
+            assert!(bin.is_file(), "round {round}: {} missing", bin.display());
+        }
+    }
+}

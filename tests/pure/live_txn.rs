@@ -233,3 +233,33 @@ fn a_second_agent_on_the_node_is_refused() {
     assert!(e.contains("already running"), "{e}");
     assert_eq!(config(&w), w.original);
 }
+
+#[test]
+fn a_batch_whose_one_tree_cannot_be_placed_leaves_no_tree_of_the_others() {
+    // the trees of a batch are placed side by side; one that fails (its Shim's directory is
+    // taken by a file) fails the transaction, and the ones placed beside it go with it
+    let w = world();
+    let f = fake(&w);
+    let shims_dir = w.root.resolve("/opt/shim-agent/shims").unwrap();
+    std::fs::create_dir_all(&shims_dir).unwrap();
+    std::fs::write(shims_dir.join("s-07"), b"in the way").unwrap();
+    let config = config(&w);
+    let batch: Vec<Change> = (0..12)
+        .map(|i| shim(&w, &format!("s-{i:02}"), "1"))
+        .collect();
+    let e = block(node(&w, &f).apply(batch)).unwrap_err();
+    assert!(format!("{e:#}").contains("s-07"), "{e:#}");
+    let left: Vec<String> = std::fs::read_dir(&shims_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["s-07"], "only what was there before");
+    assert_eq!(
+        crate::support::live::config(&w),
+        config,
+        "the config as it was"
+    );
+    assert_eq!(*f.restarts.borrow(), 0);
+    assert!(state(&w).journal.is_none());
+    assert!(state(&w).shims.is_empty());
+}
