@@ -31,8 +31,8 @@ const SHIMS: [&str; 6] = [
     "slot-head-5",
 ];
 
-/// The holder of each Shim's slot, in `SHIMS` order.
-async fn holders(admin: &kube::Client) -> Vec<Option<String>> {
+/// Each Shim's slot, in `SHIMS` order (`None`: not made yet).
+async fn slots(admin: &kube::Client) -> Vec<Option<ShimLease>> {
     let api: Api<ShimLease> = Api::namespaced(admin.clone(), NAMESPACE);
     let lp = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL} in ({})", SHIMS.join(",")));
     let slots = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
@@ -42,8 +42,17 @@ async fn holders(admin: &kube::Client) -> Vec<Option<String>> {
             slots
                 .iter()
                 .find(|l| l.labels().get(SLOT_SHIM_LABEL).map(String::as_str) == Some(s))
-                .and_then(|l| l.spec.holder_identity.clone())
+                .cloned()
         })
+        .collect()
+}
+
+/// The holder of each Shim's slot, in `SHIMS` order.
+async fn holders(admin: &kube::Client) -> Vec<Option<String>> {
+    let slots = slots(admin).await;
+    slots
+        .into_iter()
+        .map(|l| l.and_then(|l| l.spec.holder_identity))
         .collect()
 }
 
@@ -67,10 +76,10 @@ async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let coordinator = rig.spawn_coordinator(stop).await;
     eventually(30, "a slot of every Shim", || async {
-        holders(&rig.admin)
+        slots(&rig.admin)
             .await
-            .len()
-            .eq(&SHIMS.len())
+            .iter()
+            .all(Option::is_some)
             .then_some(())
     })
     .await;
