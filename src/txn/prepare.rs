@@ -123,8 +123,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
 
     /// Every prepared tree placed, up to [`PLACERS`] side by side: each is a directory of its
     /// own, and each file and directory written is an fsync, so a batch waited for the disk
-    /// one Shim after another. The first error wins; what the others placed is undone with
-    /// the transaction, from the journal's backups, as one placed before the error always was.
+    /// one Shim after another. Any error fails the step; what the others placed goes with the
+    /// rollback, from the journal's backups, as a tree placed before the error always did.
     fn place_trees(&self, prepared: &[Prepared]) -> anyhow::Result<()> {
         let (per, root) = (prepared.len().div_ceil(PLACERS).max(1), self.root);
         let place = |group: &[Prepared]| -> anyhow::Result<()> {

@@ -393,9 +393,8 @@ impl Gate for SlotGate<'_> {
     /// Every slot `shims` need, taken in name order, so no two nodes wait on each other. A
     /// batch first tries its first slot, then all the others at once ([`batch`]), and keeps
     /// the longest prefix it got; it waits only for the first one missing, then tries the
-    /// rest again. When that
-    /// fails, nothing was tried: the slots of the prefix go back as they were, not marked
-    /// failed (a failure mark counts against `maxFailures`).
+    /// rest again. When that fails, nothing was tried: the slots of the prefix go back as
+    /// they were, not marked failed (a failure mark counts against `maxFailures`).
     async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
         let r = self.acquire_in_order(shims).await;
         if r.is_err() {
