@@ -283,6 +283,8 @@ cluster_diagnose() {
   fi
   if [ -n "$CLUSTER_KUBECONFIG" ]; then
     echo "--- kubectl describe shims"; k describe shims 2>&1 || true
+    echo "--- the rollout slots (holder, owners, reservation)"
+    k get shimleases -A -o custom-columns='NAME:.metadata.name,HOLDER:.spec.holderIdentity,OWNERS:.metadata.ownerReferences[*].name,OWNER_UIDS:.metadata.ownerReferences[*].uid,LABELS:.metadata.labels' 2>&1 || true
     echo "--- kubectl describe node $m"; k describe node "$m" 2>&1 || true
     echo "--- kubectl describe pods"; k describe pods 2>&1 || true
     echo "--- kubectl get runtimeclasses,events"; k get runtimeclasses 2>&1 || true; k get events -A --sort-by=.lastTimestamp 2>&1 | tail -30 || true
