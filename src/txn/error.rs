@@ -129,6 +129,10 @@ pub enum GateError {
     /// The agent stops while it waits.
     #[error("the agent is shutting down")]
     ShuttingDown,
+    /// The cluster's Shims changed while this node waited for its first slot: nothing was
+    /// tried, and the node plans again (what arrived joins the same transaction).
+    #[error("the cluster's Shims changed while this node waited for a rollout slot")]
+    Superseded,
     /// A read or write of the slots did not get through: the API server was away or
     /// overloaded, or the slot kept changing. Nothing was tried; it may pass soon.
     #[error("{0}")]
@@ -153,6 +157,7 @@ impl GateError {
     pub fn reason(&self) -> &'static str {
         match self {
             GateError::ShuttingDown => "ShuttingDown",
+            GateError::Superseded => SUPERSEDED,
             GateError::SlotUnavailable(_) => SLOT_UNAVAILABLE,
             GateError::SlotRefused(_) => "SlotRefused",
             GateError::SlotLost { .. } => "SlotLost",
@@ -189,6 +194,17 @@ pub fn only_waits(e: &anyhow::Error) -> bool {
         .filter_map(|c| c.downcast_ref::<TxnError>())
         .any(|t| t.reason == TxnReason::NoSlot && t.cause == Some(SLOT_UNAVAILABLE))
 }
+
+/// Whether `e` is a wait for a rollout slot that ended because the cluster's Shims changed
+/// ([`GateError::Superseded`]): nothing was tried, and the node plans again at once.
+pub fn superseded(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<TxnError>())
+        .any(|t| t.reason == TxnReason::NoSlot && t.cause == Some(SUPERSEDED))
+}
+
+/// The reason of [`GateError::Superseded`].
+const SUPERSEDED: &str = "Superseded";
 
 /// The reason of [`GateError::SlotUnavailable`].
 const SLOT_UNAVAILABLE: &str = "SlotUnavailable";

@@ -23,6 +23,7 @@ mod hooks_coordinator;
 mod hooks_nocrd;
 mod hooks_rollout;
 mod kustomize;
+mod late_batch;
 mod lists;
 mod node_credential;
 mod readiness;

@@ -34,10 +34,11 @@ async fn status_writes_reach_the_cache_as_metadata_and_a_new_generation_is_read_
     let (tx, mut nudges) = tokio::sync::mpsc::channel(64);
     let client = crate::support::kube::client_for(&env.node_identity("kcache-node")).await;
     env.create_node("kcache-node", &[("test", "kcache")]).await;
-    let (store, _task) = spawn_shim_cache(client, tx);
+    let (store, specs, _task) = spawn_shim_cache(client, tx);
     let key = ObjectRef::<Shim>::new(name);
     let first = eventually(30, "the Shim in the cache", || async { store.get(&key) }).await;
     assert!(first.status.is_none(), "read before any status");
+    let specs_at_first = *specs.borrow();
 
     // the coordinator's status writes: the cache follows the metadata (the resourceVersion)
     // and keeps the spec and status it read, so no write sent it the Shim
@@ -61,6 +62,11 @@ async fn status_writes_reach_the_cache_as_metadata_and_a_new_generation_is_read_
         seen.status
     );
     assert_eq!(seen.spec, first.spec);
+    assert_eq!(
+        *specs.borrow(),
+        specs_at_first,
+        "a status write changes nothing a round plans from"
+    );
     while nudges.try_recv().is_ok() {}
 
     // a new spec (generation 2) is read whole, with the status of the moment
@@ -74,6 +80,10 @@ async fn status_writes_reach_the_cache_as_metadata_and_a_new_generation_is_read_
     assert_ne!(newer.spec, first.spec, "the new spec");
     assert!(newer.status.is_some(), "read whole: its status too");
     assert!(nudges.try_recv().is_ok(), "a change nudges the round");
+    assert!(
+        *specs.borrow() > specs_at_first,
+        "a new generation is counted, so a wait for a slot ends and the node plans again"
+    );
 
     let _ = shims.delete(name, &Default::default()).await;
     eventually(30, "the Shim gone from the cache", || async {

@@ -24,6 +24,8 @@ pub(super) struct Caches {
     pub(super) hooks: std::sync::Arc<crate::hooks::Hooks>,
     pub(super) node: Store<KubeNode>,
     pub(super) pods: Store<Pod>,
+    /// Counts the changes of what a round plans from in the Shims ([`super::shim_cache`]).
+    pub(super) specs: tokio_watch::Receiver<u64>,
     _tasks: Tasks,
 }
 
@@ -31,7 +33,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     pub(super) fn start_watches(&self, nudge: &mpsc::Sender<()>) -> Caches {
         let c = &self.client;
         // metadata only, the spec read per generation: no status write floods the nodes
-        let (shims, t1) = spawn_shim_cache(c.clone(), nudge.clone());
+        let (shims, specs, t1) = spawn_shim_cache(c.clone(), nudge.clone());
         let (node, t2) = spawn_reflector(
             Api::<KubeNode>::all(c.clone()),
             listed_from_cache().fields(&format!("metadata.name={}", self.node_name)),
@@ -57,6 +59,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             hooks: std::sync::Arc::new(crate::hooks::Hooks::new(c.clone(), ext)),
             node,
             pods,
+            specs,
             _tasks: Tasks(vec![t1, t2, t3, t4]),
         }
     }

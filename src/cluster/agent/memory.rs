@@ -80,6 +80,9 @@ pub struct Memory {
 pub enum Judgement {
     /// The agent stops: nothing was tried, nothing failed.
     Stopping,
+    /// The Shims changed while the node waited for its first slot: nothing was tried,
+    /// nothing failed; the node plans again at once.
+    Replan,
     /// A batch failed without naming its culprit: run each change alone.
     RunAlone(Vec<String>),
     /// Nothing was tried: no rollout slot could be had while the API server was away or
@@ -89,15 +92,28 @@ pub enum Judgement {
     Blame(Vec<String>),
 }
 
-/// Who a failed round blames: nobody when the agent stops or when it `only_waits` for the API
-/// server; else the one change, the Shims the error names (`blamed`), or, for a batch that
-/// names none, each change alone next.
-pub fn judge(work: &[String], blamed: &[String], stopping: bool, only_waits: bool) -> Judgement {
-    if stopping {
-        return Judgement::Stopping;
-    }
-    if only_waits {
-        return Judgement::Wait(work.to_vec());
+/// How a round's transaction ended without its changes, as far as blame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The agent stops.
+    Stopping,
+    /// The wait for a first slot ended because the Shims changed.
+    Superseded,
+    /// No slot could be had while the API server was away or overloaded.
+    OnlyWaits,
+    /// Anything else: a change failed.
+    Failed,
+}
+
+/// Who a failed round blames: nobody when the agent stops, when the Shims changed under its
+/// wait for a slot, or when it only waits for the API server; else the one change, the Shims
+/// the error names (`blamed`), or, for a batch that names none, each change alone next.
+pub fn judge(work: &[String], blamed: &[String], ended: Ended) -> Judgement {
+    match ended {
+        Ended::Stopping => return Judgement::Stopping,
+        Ended::Superseded => return Judgement::Replan,
+        Ended::OnlyWaits => return Judgement::Wait(work.to_vec()),
+        Ended::Failed => {}
     }
     let culprit: Vec<String> = match work {
         [one] => vec![one.clone()],
@@ -349,26 +365,30 @@ mod tests {
     fn one_change_is_its_own_culprit_and_an_unnamed_batch_runs_alone() {
         let w = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            judge(&w(&["a"]), &[], false, false),
+            judge(&w(&["a"]), &[], Ended::Failed),
             Judgement::Blame(w(&["a"]))
         );
         assert_eq!(
-            judge(&w(&["a", "b"]), &w(&["b"]), false, false),
+            judge(&w(&["a", "b"]), &w(&["b"]), Ended::Failed),
             Judgement::Blame(w(&["b"]))
         );
         assert_eq!(
-            judge(&w(&["a", "b"]), &[], false, false),
+            judge(&w(&["a", "b"]), &[], Ended::Failed),
             Judgement::RunAlone(w(&["a", "b"]))
         );
-        assert_eq!(judge(&w(&["a"]), &[], true, false), Judgement::Stopping);
-        assert_eq!(judge(&w(&["a"]), &[], true, true), Judgement::Stopping);
+        assert_eq!(judge(&w(&["a"]), &[], Ended::Stopping), Judgement::Stopping);
+        // the Shims changed while the node waited for its first slot: plan again, no blame
+        assert_eq!(
+            judge(&w(&["a", "b"]), &w(&["b"]), Ended::Superseded),
+            Judgement::Replan
+        );
         // no slot while the API server was away: the whole batch waits, nobody is blamed
         assert_eq!(
-            judge(&w(&["a", "b"]), &w(&["b"]), false, true),
+            judge(&w(&["a", "b"]), &w(&["b"]), Ended::OnlyWaits),
             Judgement::Wait(w(&["a", "b"]))
         );
         // nothing tried (no real work), nothing named
-        assert_eq!(judge(&[], &[], false, false), Judgement::Blame(vec![]));
+        assert_eq!(judge(&[], &[], Ended::Failed), Judgement::Blame(vec![]));
     }
 
     #[test]

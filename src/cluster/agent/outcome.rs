@@ -7,11 +7,11 @@ use kube::runtime::events::EventType;
 use tokio::time::Instant;
 
 use super::Agent;
-use super::memory::{self, Judgement};
+use super::memory::{self, Ended, Judgement};
 use crate::api::Shim;
 use crate::cluster::target::NodePlan;
 use crate::state::NodeState;
-use crate::txn::error::{blamed_by, only_waits, reason_of};
+use crate::txn::error::{blamed_by, only_waits, reason_of, superseded};
 use crate::txn::{HealthCheck, Report, Restarter};
 
 /// The Event reason of a failed change: what was being done, from the failure's reason, whether
@@ -82,12 +82,25 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         node: &KubeNode,
     ) {
         let message = format!("{e:#}");
-        let stopping = self.shutdown.as_ref().is_some_and(|s| *s.borrow());
-        let culprits = match memory::judge(work, &blamed_by(&e), stopping, only_waits(&e)) {
+        let ended = if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
+            Ended::Stopping
+        } else if superseded(&e) {
+            Ended::Superseded
+        } else if only_waits(&e) {
+            Ended::OnlyWaits
+        } else {
+            Ended::Failed
+        };
+        let culprits = match memory::judge(work, &blamed_by(&e), ended) {
             Judgement::Stopping => {
                 // The wait for a rollout slot ended because the agent stops: nothing was
                 // tried, nothing failed; the next start takes it up again.
                 tracing::info!("stopping before the transaction: {message}");
+                return;
+            }
+            Judgement::Replan => {
+                tracing::info!("planning again: {message}");
+                self.memory.rerun();
                 return;
             }
             Judgement::Wait(names) => {

@@ -27,6 +27,8 @@ pub(super) struct RoundView<'r> {
     pub(super) statics_ok: bool,
     pub(super) pods: &'r [PodUse],
     pub(super) held: &'r std::collections::BTreeSet<String>,
+    /// The Shims' change counter as of the read: a change ends the wait for a first slot.
+    pub(super) specs: tokio::sync::watch::Receiver<u64>,
 }
 
 /// What a round works from: the cluster's Shims, the node's static ones, its pods.
@@ -46,6 +48,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         state: &mut NodeState,
         caches: &Caches,
     ) {
+        // marked before the read: a change while it reads ends a wait too (one round more)
+        let mut specs = caches.specs.clone();
+        specs.mark_unchanged();
         let Some(read) = self.read(caches) else {
             return;
         };
@@ -59,6 +64,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             statics_ok: read.statics_ok,
             pods: &read.pods,
             held: &held,
+            specs,
         };
         let labels = read.node.labels().clone();
         let mut plan = self.plan(&view, &labels, state);
@@ -182,7 +188,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
 
     /// The gate of the round's transaction: this node's rollout slots of the cluster's
     /// Shims (never of its static ones), with the node hooks around them; both end their
-    /// waits when the agent stops.
+    /// waits when the agent stops, and the wait for a first slot ends when the Shims change.
     fn gate<'g>(
         &'g self,
         view: &RoundView<'g>,
@@ -202,6 +208,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             Some(s) => slots.until(s.clone()),
             None => slots,
         }
+        .until_superseded(view.specs.clone())
         .except(view.statics.iter().map(|s| s.name().to_string()));
         let report = crate::hooks::Report {
             recorder: self.recorder.clone(),

@@ -23,7 +23,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher::{Event, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::Shim;
@@ -40,6 +40,20 @@ pub fn holds_spec(cached: Option<&Shim>, meta: &PartialObjectMeta<Shim>) -> bool
         .is_some_and(|c| c.uid() == meta.uid() && c.metadata.generation == meta.metadata.generation)
 }
 
+/// Whether a round plans anything else from `after` than from `before`: a Shim new or gone,
+/// created again, at a new generation, or being deleted. Metadata alone (a status write's
+/// resourceVersion, a label) is not.
+pub fn spec_changed(before: Option<&Shim>, after: Option<&Shim>) -> bool {
+    let key = |s: &Shim| {
+        (
+            s.uid(),
+            s.metadata.generation,
+            s.metadata.deletion_timestamp.is_some(),
+        )
+    };
+    before.map(key) != after.map(key)
+}
+
 /// `cached` with the metadata of `meta` (its spec and status as read).
 pub fn with_metadata(mut cached: Shim, meta: &PartialObjectMeta<Shim>) -> Shim {
     cached.metadata = meta.metadata.clone();
@@ -47,9 +61,14 @@ pub fn with_metadata(mut cached: Shim, meta: &PartialObjectMeta<Shim>) -> Shim {
 }
 
 /// The Shims of the cluster as a reflector store, kept from their metadata; `nudge` on every
-/// change.
-pub fn spawn_shim_cache(client: Client, nudge: mpsc::Sender<()>) -> (Store<Shim>, JoinHandle<()>) {
+/// change. The counter goes up at each change of what a round plans from ([`spec_changed`]),
+/// so a node that waits for a rollout slot knows when to plan again.
+pub fn spawn_shim_cache(
+    client: Client,
+    nudge: mpsc::Sender<()>,
+) -> (Store<Shim>, watch::Receiver<u64>, JoinHandle<()>) {
     let (reader, writer) = reflector::store();
+    let (specs_tx, specs) = watch::channel(0u64);
     let task = tokio::spawn(async move {
         let metas = Api::<PartialObjectMeta<Shim>>::all(client.clone());
         let mut cache = ShimCache {
@@ -57,6 +76,7 @@ pub fn spawn_shim_cache(client: Client, nudge: mpsc::Sender<()>) -> (Store<Shim>
             writer,
             known: BTreeMap::new(),
             pending: Vec::new(),
+            specs: specs_tx,
         };
         let stream = watcher(metas, crate::cluster::watch::listed_from_cache()).default_backoff();
         let mut stream = std::pin::pin!(stream);
@@ -94,7 +114,7 @@ pub fn spawn_shim_cache(client: Client, nudge: mpsc::Sender<()>) -> (Store<Shim>
             }
         }
     });
-    (reader, task)
+    (reader, specs, task)
 }
 
 struct ShimCache {
@@ -104,6 +124,8 @@ struct ShimCache {
     known: BTreeMap<String, Shim>,
     /// The metadata of a relist under way.
     pending: Vec<PartialObjectMeta<Shim>>,
+    /// Counts the changes of what a round plans from.
+    specs: watch::Sender<u64>,
 }
 
 impl ShimCache {
@@ -150,6 +172,13 @@ impl ShimCache {
                         .apply_watcher_event(&Event::InitApply(s.clone()));
                 }
                 self.writer.apply_watcher_event(&Event::InitDone);
+                let same = full.len() == self.known.len()
+                    && full
+                        .iter()
+                        .all(|(n, s)| !spec_changed(self.known.get(n), Some(s)));
+                if !same {
+                    self.specs.send_modify(|n| *n = n.wrapping_add(1));
+                }
                 self.known = full;
                 true
             }
@@ -164,6 +193,9 @@ impl ShimCache {
                 };
                 let Some(full) = full else { return false };
                 self.writer.apply_watcher_event(&Event::Apply(full.clone()));
+                if spec_changed(self.known.get(&name), Some(&full)) {
+                    self.specs.send_modify(|n| *n = n.wrapping_add(1));
+                }
                 self.known.insert(name, full);
                 true
             }
@@ -172,6 +204,7 @@ impl ShimCache {
                 let gone = self.known.remove(&name).map(|c| with_metadata(c, &m));
                 if let Some(g) = gone {
                     self.writer.apply_watcher_event(&Event::Delete(g));
+                    self.specs.send_modify(|n| *n = n.wrapping_add(1));
                 }
                 true
             }
@@ -301,5 +334,31 @@ mod tests {
         let updated = with_metadata(cached.clone(), &meta("u1", 2, "y"));
         assert_eq!(updated.labels().get("l").map(String::as_str), Some("y"));
         assert_eq!(updated.spec, cached.spec);
+    }
+
+    #[test]
+    fn a_round_plans_again_for_a_new_spec_or_a_deletion_but_not_for_metadata() {
+        let cached = shim("u1", 2);
+        let status_write = with_metadata(cached.clone(), &meta("u1", 2, "y"));
+        assert!(!spec_changed(Some(&cached), Some(&status_write)));
+        assert!(spec_changed(None, Some(&cached)), "new");
+        assert!(spec_changed(Some(&cached), None), "gone");
+        assert!(
+            spec_changed(Some(&cached), Some(&shim("u1", 3))),
+            "a new generation"
+        );
+        assert!(
+            spec_changed(Some(&cached), Some(&shim("u2", 2))),
+            "created again"
+        );
+        let mut deleting = cached.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert!(
+            spec_changed(Some(&cached), Some(&deleting)),
+            "being deleted"
+        );
     }
 }

@@ -103,7 +103,7 @@ impl SlotGate<'_> {
                 tracing::debug!(shim = %name, "cannot watch the slots: {e}");
                 tokio::select! {
                     _ = tokio::time::sleep(after.min(RETRY_WATCH)) => {}
-                    _ = self.shut() => {}
+                    _ = self.interrupted() => {}
                 }
                 return Ok(Waited::Relist);
             }
@@ -133,7 +133,7 @@ impl SlotGate<'_> {
                     _ => return Ok(Waited::Ended),
                 },
                 _ = &mut relist => return Ok(Waited::Relist),
-                _ = self.shut() => return Ok(Waited::Relist),
+                _ = self.interrupted() => return Ok(Waited::Relist),
             }
         }
     }
@@ -173,6 +173,26 @@ impl SlotGate<'_> {
     }
 
     /// Resolves once the agent shuts down (never without a shutdown signal).
+    /// Until the agent stops, or the wait for the first slot is superseded
+    /// ([`SlotGate::until_superseded`]): the caller lists again, and its loop says which.
+    pub(super) async fn interrupted(&self) {
+        let superseded = async {
+            match self.superseded.clone() {
+                Some(mut s) if self.held().is_empty() => {
+                    if s.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.shut() => {}
+            _ = superseded => {}
+        }
+    }
+
+    /// Until the agent stops.
     pub(super) async fn shut(&self) {
         match self.shutdown.clone() {
             Some(mut s) => {

@@ -85,6 +85,9 @@ pub struct SlotGate<'a> {
     held: Mutex<Vec<Held<'a>>>,
     /// Waiting for a slot ends when this turns true.
     shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Waiting for the first slot ends when this changes: the Shims the transaction was
+    /// planned from changed (see [`SlotGate::until_superseded`]).
+    superseded: Option<tokio::sync::watch::Receiver<u64>>,
     /// Shims this node runs from its own `shims.d` (they win over a cluster Shim of the same
     /// name): the node owner's, no rollout.
     statics: BTreeSet<String>,
@@ -138,6 +141,7 @@ impl<'a> SlotGate<'a> {
             timings,
             held: Mutex::new(Vec::new()),
             shutdown: None,
+            superseded: None,
             statics: BTreeSet::new(),
         }
     }
@@ -153,6 +157,25 @@ impl<'a> SlotGate<'a> {
     pub fn until(mut self, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
         self.shutdown = Some(shutdown);
         self
+    }
+
+    /// End a wait for the first slot with [`GateError::Superseded`] when `specs` changes (a
+    /// Shim new, gone or at a new generation since the round read them): nothing was tried, so
+    /// the node plans again and a Shim applied while it waited joins the same transaction
+    /// instead of costing a second restart. A node that holds a slot already keeps waiting for
+    /// the rest (giving the slot back would cost its place).
+    pub fn until_superseded(mut self, specs: tokio::sync::watch::Receiver<u64>) -> Self {
+        self.superseded = Some(specs);
+        self
+    }
+
+    /// Whether the wait for the first slot ends: the Shims changed, and none is held yet.
+    fn is_superseded(&self) -> bool {
+        self.held().is_empty()
+            && self
+                .superseded
+                .as_ref()
+                .is_some_and(|s| s.has_changed().unwrap_or(false))
     }
 
     /// At start: give back slots this node holds from before (an agent that crashed after
@@ -203,6 +226,9 @@ impl<'a> SlotGate<'a> {
             if self.shutting_down() {
                 return Err(GateError::ShuttingDown);
             }
+            if self.is_superseded() {
+                return Err(GateError::Superseded);
+            }
             let list = self
                 .api
                 .list(&lp)
@@ -252,7 +278,7 @@ impl<'a> SlotGate<'a> {
                     let pause = contend::pause_after_ended(ended, &self.my_uid, &name, &rv);
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => {}
-                        _ = self.shut() => {}
+                        _ = self.interrupted() => {}
                     }
                 }
             }
