@@ -23,14 +23,17 @@ async fn shims_applied_together_share_one_transaction_and_one_restart() {
     for n in names {
         rig.force_delete(n).await;
     }
+    // applied before the agent starts, so its first round sees all three: arrivals while
+    // it runs are spread over the API server's answers (tests/kube/late_batch.rs: one that
+    // arrives while the node waits for a slot joins the transaction)
+    let docs: Vec<String> = names
+        .iter()
+        .map(|n| shim_yaml(&rig.w, n, "1", ("test", "ke-batch")))
+        .collect();
+    let (ok, out) = rig.env.apply(&docs.join("---\n"));
+    assert!(ok, "{out}");
     let f = fake(&rig.w);
     with_agent(&rig, &f, || async {
-        let docs: Vec<String> = names
-            .iter()
-            .map(|n| shim_yaml(&rig.w, n, "1", ("test", "ke-batch")))
-            .collect();
-        let (ok, out) = rig.env.apply(&docs.join("---\n"));
-        assert!(ok, "{out}");
         for n in names {
             eventually(30, &format!("the label of {n}"), || async {
                 (rig.label(n).await.as_deref() == Some("true")).then_some(())

@@ -8,7 +8,7 @@
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::{Api, ResourceExt};
 use shim_agent::api::Shim;
-use shim_agent::api::lease::ShimLease;
+use shim_agent::api::lease::{SLOT_CLOSED, ShimLease};
 use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::agent::gate::{GateTimings, SlotGate};
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
@@ -21,11 +21,16 @@ use crate::support::live::{fake, shim_yaml};
 const FIRST: &str = "late-batch-a";
 const LATE: &str = "late-batch-b";
 
-/// The holder of `shim`'s slot 0, once the slot exists.
-async fn holder(admin: &kube::Client, shim: &str) -> Option<Option<String>> {
+/// `shim`'s slot 0, once it exists.
+async fn slot(admin: &kube::Client, shim: &str) -> Option<ShimLease> {
     let api: Api<ShimLease> = Api::namespaced(admin.clone(), NAMESPACE);
     let lp = kube::api::ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={shim}"));
-    let l = api.list(&lp).await.ok()?.items.into_iter().next()?;
+    api.list(&lp).await.ok()?.items.into_iter().next()
+}
+
+/// The holder of `shim`'s slot 0, once the slot exists.
+async fn holder(admin: &kube::Client, shim: &str) -> Option<Option<String>> {
+    let l = slot(admin, shim).await?;
     Some(l.spec.holder_identity.filter(|h| !h.is_empty()))
 }
 
@@ -47,7 +52,13 @@ async fn a_shim_applied_while_the_node_waits_for_a_slot_joins_its_transaction() 
     assert!(ok, "{out}");
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let coordinator = rig.spawn_coordinator(stop).await;
-    eventually(30, "the first Shim's slot", || holder(&rig.admin, FIRST)).await;
+    // open: a coordinator makes it closed until it knows no extension holds the rollout
+    eventually(30, "the first Shim's slot, open", || async {
+        slot(&rig.admin, FIRST)
+            .await
+            .filter(|l| !l.annotations().contains_key(SLOT_CLOSED))
+    })
+    .await;
     let _ = stop_tx.send(true);
     let _ = coordinator.await;
     let shims: Vec<Shim> = vec![
@@ -70,7 +81,12 @@ async fn a_shim_applied_while_the_node_waits_for_a_slot_joins_its_transaction() 
         &shims,
         GateTimings::default(),
     );
-    rival_gate.acquire(&[FIRST.to_string()]).await.unwrap();
+    let first = [FIRST.to_string()];
+    let took = rival_gate.acquire(&first);
+    tokio::time::timeout(std::time::Duration::from_secs(30), took)
+        .await
+        .expect("the rival takes the open slot within 30 s")
+        .unwrap();
 
     let f = fake(&rig.w);
     with_agent(&rig, &f, || async {
