@@ -178,12 +178,7 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
         return None;
     }
     if let Some(uid) = shim.metadata.uid.as_deref()
-        && lease
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "Shim" && o.uid != uid)
+        && !owned_by_shim(lease, uid)
     {
         return None;
     }
@@ -219,6 +214,16 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
 
 /// True when the Lease lists the Node `name` among its owners: a holder takes its slot with
 /// its Node as an owner, and only the garbage collector removes it once that Node is gone.
+/// Whether `lease` names the Shim with `uid` among its owners.
+fn owned_by_shim(lease: &ShimLease, uid: &str) -> bool {
+    lease
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Shim" && o.uid == uid)
+}
+
 pub fn owned_by_node(lease: &ShimLease, name: &str) -> bool {
     lease
         .metadata

@@ -33,5 +33,6 @@ mod retain;
 mod runtime_class;
 mod shim_cache;
 mod slot_batch;
+mod slot_orphans;
 mod slots;
 mod slow_server;

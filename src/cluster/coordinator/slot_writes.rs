@@ -56,6 +56,31 @@ pub fn retarget(n: u32, slot: &Slot, targeted: u32) -> bool {
     few_rivals(n, slot.targeted) != few_rivals(n, Some(targeted))
 }
 
+/// The Leases labelled as slots of `shim` that are not its slots: left by an earlier Shim of
+/// the same name. A slot held when its Shim went keeps its holder's Node as an owner, so the
+/// garbage collector only strips the Shim's reference; such a slot would block the slot name
+/// of a Shim created again under that name (or, without its Shim owner, pass for one of its
+/// slots, held by a node that is done with it). The coordinator deletes them.
+pub fn orphan_slots<'l>(
+    shim: &Shim,
+    leases: impl IntoIterator<Item = &'l ShimLease>,
+) -> Vec<&'l ShimLease> {
+    let Some(name) = shim.metadata.name.as_deref() else {
+        return Vec::new();
+    };
+    leases
+        .into_iter()
+        .filter(|l| {
+            l.metadata
+                .labels
+                .as_ref()
+                .and_then(|m| m.get(crate::cluster::slots::SLOT_SHIM_LABEL))
+                .is_some_and(|v| v == name)
+        })
+        .filter(|l| slot_of(shim, l).is_none())
+        .collect()
+}
+
 /// The slots of `shim` the coordinator sees, with their Leases.
 pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
     leases
@@ -75,6 +100,8 @@ pub struct Rollout {
     /// The nodes waiting for a slot, and the slots whose reservation ran out.
     pub waiting: Vec<Waiter>,
     pub expired: BTreeSet<u32>,
+    /// Leases left by an earlier Shim of this name ([`orphan_slots`]).
+    pub orphans: Vec<ShimLease>,
 }
 
 /// The nodes waiting for a slot of `shim`: a change of it under way by their state (an
@@ -129,6 +156,11 @@ impl Rollout {
         } else {
             waiters(shim, nodes, memory)
         };
+        let all = leases.state();
+        let orphans = orphan_slots(shim, all.iter().map(|l| &**l))
+            .into_iter()
+            .cloned()
+            .collect();
         Rollout {
             limits,
             targeted,
@@ -136,6 +168,7 @@ impl Rollout {
             slots,
             waiting,
             expired,
+            orphans,
         }
     }
 
@@ -173,6 +206,7 @@ impl Rollout {
             !nodes.contains(h) && lease.is_some_and(|(_, l)| !owned_by_node(l, h))
         };
         let name = shim.name_any();
+        self.delete_orphans(&api, &name).await;
         let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
         actions.extend(plan_stamps(self.limits, &plain, &actions, |n, s| {
             retarget(n, s, self.targeted)
@@ -184,6 +218,26 @@ impl Rollout {
         } else {
             tracing::debug!(shim = %name, "a slot moved while N shrank: the other writes wait for the next round");
         }
+    }
+
+    /// Delete the Leases an earlier Shim named `shim` left ([`orphan_slots`]), side by side,
+    /// each guarded by its UID and resourceVersion. A node that still held one for the old
+    /// Shim finds it gone at its renewal and restarts nothing for a Shim that is gone.
+    async fn delete_orphans(&self, api: &Api<ShimLease>, shim: &str) {
+        let deletes = self.orphans.iter().map(|l| async move {
+            tracing::warn!(shim = %shim, slot = %l.name_any(), holder = ?l.spec.holder_identity, "deleting a slot left by an earlier Shim of this name");
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: l.uid(),
+                    resource_version: l.resource_version(),
+                }),
+                ..DeleteParams::default()
+            };
+            if let Err(e) = api.delete(&l.name_any(), &dp).await {
+                CoordinatorError::Slot(e).record(&format!("{shim}: delete {}", l.name_any()));
+            }
+        });
+        futures_util::future::join_all(deletes).await;
     }
 
     /// The reservation writes, on the slots below N that `planned` leaves alone.
@@ -374,5 +428,50 @@ mod tests {
         assert!(stamps(&few, 4).is_empty());
         // and back: the fleet shrank to fit its slots
         assert_eq!(stamps(&many, 2).len(), 5);
+    }
+
+    #[test]
+    fn a_lease_labelled_for_the_shim_without_its_uid_as_an_owner_is_an_orphan() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let y = format!(
+            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s, uid: new}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
+            "a".repeat(64)
+        );
+        let shim = crate::api::load::parse_shims(&y, "t.yaml")
+            .unwrap()
+            .remove(0);
+        let lease = |label: &str, index: u32, owners: &[(&str, &str)]| {
+            let mut l = ShimLease::new(&slot_name(label, index), Default::default());
+            l.metadata.labels = Some(
+                [(
+                    crate::cluster::slots::SLOT_SHIM_LABEL.to_string(),
+                    label.to_string(),
+                )]
+                .into(),
+            );
+            l.metadata.owner_references = Some(
+                owners
+                    .iter()
+                    .map(|(kind, uid)| OwnerReference {
+                        kind: kind.to_string(),
+                        uid: uid.to_string(),
+                        ..OwnerReference::default()
+                    })
+                    .collect(),
+            );
+            l
+        };
+        let leases = [
+            lease("s", 0, &[("Shim", "new"), ("Node", "n1")]),
+            lease("s", 1, &[("Shim", "old"), ("Node", "n2")]),
+            // the garbage collector took the gone Shim's reference, its holder's Node stayed
+            lease("s", 2, &[("Node", "n3")]),
+            lease("t", 0, &[("Node", "n4")]),
+        ];
+        let orphans: Vec<String> = orphan_slots(&shim, &leases)
+            .iter()
+            .map(|l| l.name_any())
+            .collect();
+        assert_eq!(orphans, vec![slot_name("s", 1), slot_name("s", 2)]);
     }
 }

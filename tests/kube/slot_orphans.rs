@@ -1,0 +1,121 @@
+//! A slot an earlier Shim of the same name left behind, on the real API server. A slot held
+//! when its Shim went keeps its holder's Node as an owner, so Kubernetes' garbage collector
+//! only strips the Shim's reference and the Lease stays. A Shim created again under that name
+//! then found its slot name taken, and the Lease without a Shim owner passed for its slot 0,
+//! held by a node that was done with it: every other node waited for it forever (an e2e run
+//! waited on a three-Shim uninstall). The coordinator now deletes such a Lease and makes the
+//! slot anew.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::{Api, ResourceExt};
+use shim_agent::api::Shim;
+use shim_agent::api::lease::{SLOT_CLOSED, ShimLease};
+use shim_agent::cluster::NAMESPACE;
+use shim_agent::cluster::agent::gate::{GateTimings, SlotGate};
+use shim_agent::cluster::slots::slot_name;
+use shim_agent::txn::Gate;
+
+use crate::support::agent_rig::Rig;
+use crate::support::kube::{SERIAL, client_for, eventually};
+use crate::support::live::shim_yaml;
+
+const SHIM: &str = "slot-orphan";
+
+/// A gate of node `node` for the Shim as it is now.
+async fn gate_of(rig: &Rig, node: &str, shims: &[Shim]) -> (kube::Client, String, Vec<Shim>) {
+    let uid = Api::<KubeNode>::all(rig.admin.clone())
+        .get(node)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    let client = client_for(&rig.env.node_identity(node)).await;
+    (client, uid, shims.to_vec())
+}
+
+/// Slot 0 of the Shim, once it exists open (and is not the Lease `not`).
+async fn open_slot(rig: &Rig, not: Option<&ShimLease>) -> ShimLease {
+    let api: Api<ShimLease> = Api::namespaced(rig.admin.clone(), NAMESPACE);
+    let not = not.and_then(|l| l.uid());
+    eventually(30, "slot 0, open", || async {
+        api.get_opt(&slot_name(SHIM, 0))
+            .await
+            .ok()
+            .flatten()
+            .filter(|l| !l.annotations().contains_key(SLOT_CLOSED))
+            .filter(|l| not.is_none() || l.uid() != not)
+    })
+    .await
+}
+
+async fn the_shim(rig: &Rig) -> Vec<Shim> {
+    vec![Api::<Shim>::all(rig.admin.clone()).get(SHIM).await.unwrap()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shim_created_again_gets_new_slots_though_a_node_held_the_old_ones() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("slot-orphan").await else {
+        return;
+    };
+    let rival = "slot-orphan-rival";
+    rig.env.create_node(rival, &[("test", "slot-orphan")]).await;
+    rig.force_delete(SHIM).await;
+    let yaml = shim_yaml(&rig.w, SHIM, "1", ("test", "slot-orphan"));
+    let (ok, out) = rig.env.apply(&yaml);
+    assert!(ok, "{out}");
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = rig.spawn_coordinator(stop).await;
+    let old = open_slot(&rig, None).await;
+
+    // the rival holds the slot when the Shim goes (its finalizer taken off by hand)
+    let shims = the_shim(&rig).await;
+    let (client, uid, shims) = gate_of(&rig, rival, &shims).await;
+    let rival_gate = SlotGate::new(client, rival, &uid, &shims, GateTimings::default());
+    let first = [SHIM.to_string()];
+    tokio::time::timeout(Duration::from_secs(30), rival_gate.acquire(&first))
+        .await
+        .expect("the rival takes the open slot within 30 s")
+        .unwrap();
+    rig.force_delete(SHIM).await;
+    let api: Api<ShimLease> = Api::namespaced(rig.admin.clone(), NAMESPACE);
+    eventually(
+        30,
+        "the garbage collector's work: the Shim's reference gone",
+        || async {
+            let l = api.get_opt(&slot_name(SHIM, 0)).await.ok()??;
+            let shim_owned = l.owner_references().iter().any(|o| o.kind == "Shim");
+            (!shim_owned).then_some(())
+        },
+    )
+    .await;
+
+    // created again: a slot of its own, which this node takes
+    let (ok, out) = rig.env.apply(&yaml);
+    assert!(ok, "{out}");
+    let shims = the_shim(&rig).await;
+    // a new Lease under the slot's name
+    let new = open_slot(&rig, Some(&old)).await;
+    let owners: Vec<String> = new
+        .owner_references()
+        .iter()
+        .map(|o| o.uid.clone())
+        .collect();
+    assert_eq!(
+        owners,
+        vec![shims[0].uid().unwrap()],
+        "owned by the new Shim alone"
+    );
+    let (client, uid, shims) = gate_of(&rig, &rig.name, &shims).await;
+    let gate = SlotGate::new(client, &rig.name, &uid, &shims, GateTimings::default());
+    tokio::time::timeout(Duration::from_secs(30), gate.acquire(&first))
+        .await
+        .expect("the node takes the new Shim's slot within 30 s")
+        .unwrap();
+    gate.release().await;
+    let _ = stop_tx.send(true);
+    let _ = coordinator.await;
+    rig.force_delete(SHIM).await;
+}
