@@ -172,7 +172,6 @@ impl SlotGate<'_> {
         }
     }
 
-    /// Resolves once the agent shuts down (never without a shutdown signal).
     /// Until the agent stops, or the wait for the first slot is superseded
     /// ([`SlotGate::until_superseded`]): the caller lists again, and its loop says which.
     pub(super) async fn interrupted(&self) {
@@ -192,7 +191,7 @@ impl SlotGate<'_> {
         }
     }
 
-    /// Until the agent stops.
+    /// Resolves once the agent shuts down (never without a shutdown signal).
     pub(super) async fn shut(&self) {
         match self.shutdown.clone() {
             Some(mut s) => {
