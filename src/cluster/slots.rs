@@ -168,9 +168,10 @@ impl Slot {
 /// A slot Lease of `shim` as a [`Slot`] (`None` for another Shim's, or a Lease that is no
 /// slot). An unreadable failure mark still counts as a failure.
 ///
-/// A Lease owned by another Shim of the same name is not this one's: a Shim deleted and
+/// A Lease without this Shim's UID among its owners is not this one's: a Shim deleted and
 /// created again under its name must not inherit the old one's holders, failures or closed
-/// slots, which stay until the garbage collector removes them with their owner.
+/// slots, which stay until the garbage collector removes them with their owner (or, held by
+/// a node when the Shim went, until the coordinator deletes them: `orphan_slots`).
 pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
     let name = shim.metadata.name.as_deref()?;
     let labels = lease.metadata.labels.as_ref()?;
@@ -212,8 +213,6 @@ pub fn slot_of(shim: &Shim, lease: &ShimLease) -> Option<Slot> {
     })
 }
 
-/// True when the Lease lists the Node `name` among its owners: a holder takes its slot with
-/// its Node as an owner, and only the garbage collector removes it once that Node is gone.
 /// Whether `lease` names the Shim with `uid` among its owners.
 fn owned_by_shim(lease: &ShimLease, uid: &str) -> bool {
     lease
@@ -224,6 +223,8 @@ fn owned_by_shim(lease: &ShimLease, uid: &str) -> bool {
         .any(|o| o.kind == "Shim" && o.uid == uid)
 }
 
+/// True when the Lease lists the Node `name` among its owners: a holder takes its slot with
+/// its Node as an owner, and only the garbage collector removes it once that Node is gone.
 pub fn owned_by_node(lease: &ShimLease, name: &str) -> bool {
     lease
         .metadata

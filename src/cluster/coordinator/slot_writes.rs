@@ -27,7 +27,7 @@ use crate::cluster::reservations::{
 };
 use crate::cluster::slots::{
     Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
-    slot_name, slot_of,
+    slot_index, slot_name, slot_of,
 };
 use crate::cluster::target::targets;
 
@@ -56,11 +56,11 @@ pub fn retarget(n: u32, slot: &Slot, targeted: u32) -> bool {
     few_rivals(n, slot.targeted) != few_rivals(n, Some(targeted))
 }
 
-/// The Leases labelled as slots of `shim` that are not its slots: left by an earlier Shim of
-/// the same name. A slot held when its Shim went keeps its holder's Node as an owner, so the
-/// garbage collector only strips the Shim's reference; such a slot would block the slot name
-/// of a Shim created again under that name (or, without its Shim owner, pass for one of its
-/// slots, held by a node that is done with it). The coordinator deletes them.
+/// The Leases labelled as slots of `shim` that no Shim owns: left by an earlier Shim of the
+/// same name. A slot held when its Shim went keeps its holder's Node as an owner, so the
+/// garbage collector only strips the Shim's reference, and the Lease blocks the slot's name
+/// for a Shim created again under it. The coordinator deletes them. A Lease owned by another
+/// UID is left to the garbage collector: this coordinator's Shim may be the stale one.
 pub fn orphan_slots<'l>(
     shim: &Shim,
     leases: impl IntoIterator<Item = &'l ShimLease>,
@@ -77,7 +77,7 @@ pub fn orphan_slots<'l>(
                 .and_then(|m| m.get(crate::cluster::slots::SLOT_SHIM_LABEL))
                 .is_some_and(|v| v == name)
         })
-        .filter(|l| slot_of(shim, l).is_none())
+        .filter(|l| !l.owner_references().iter().any(|o| o.kind == "Shim"))
         .collect()
 }
 
@@ -208,6 +208,14 @@ impl Rollout {
         let name = shim.name_any();
         self.delete_orphans(&api, &name).await;
         let mut actions = plan_slots(self.limits, self.halted || held_back, &plain, gone);
+        // a slot whose name an orphan holds is made once the cache shows the orphan gone (a
+        // create now would meet a 409 and hold the index back for `WRITTEN_FOR`)
+        let taken: BTreeSet<u32> = self
+            .orphans
+            .iter()
+            .filter_map(|l| slot_index(&name, &l.name_any()))
+            .collect();
+        actions.retain(|a| !matches!(a, SlotAction::Create { index, .. } if taken.contains(index)));
         actions.extend(plan_stamps(self.limits, &plain, &actions, |n, s| {
             retarget(n, s, self.targeted)
         }));
@@ -431,7 +439,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_labelled_for_the_shim_without_its_uid_as_an_owner_is_an_orphan() {
+    fn a_lease_labelled_for_the_shim_that_no_shim_owns_is_an_orphan() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
         let y = format!(
             "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s, uid: new}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
@@ -463,6 +471,7 @@ mod tests {
         };
         let leases = [
             lease("s", 0, &[("Shim", "new"), ("Node", "n1")]),
+            // another UID: the garbage collector's (this coordinator's Shim may be stale)
             lease("s", 1, &[("Shim", "old"), ("Node", "n2")]),
             // the garbage collector took the gone Shim's reference, its holder's Node stayed
             lease("s", 2, &[("Node", "n3")]),
@@ -472,6 +481,6 @@ mod tests {
             .iter()
             .map(|l| l.name_any())
             .collect();
-        assert_eq!(orphans, vec![slot_name("s", 1), slot_name("s", 2)]);
+        assert_eq!(orphans, vec![slot_name("s", 2)]);
     }
 }
