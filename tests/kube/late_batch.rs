@@ -5,17 +5,15 @@
 //! others: two restarts for one apply (a CI run of `agent_edges` saw it). The wait for the
 //! first slot now ends when the Shims change, and the node plans again.
 
-use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::{Api, ResourceExt};
 use shim_agent::api::Shim;
 use shim_agent::api::lease::{SLOT_CLOSED, ShimLease};
 use shim_agent::cluster::NAMESPACE;
-use shim_agent::cluster::agent::gate::{GateTimings, SlotGate};
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 use shim_agent::txn::Gate;
 
 use crate::support::agent_rig::{Rig, with_agent};
-use crate::support::kube::{SERIAL, client_for, eventually};
+use crate::support::kube::{SERIAL, eventually};
 use crate::support::live::{fake, shim_yaml};
 
 const FIRST: &str = "late-batch-a";
@@ -67,20 +65,7 @@ async fn a_shim_applied_while_the_node_waits_for_a_slot_joins_its_transaction() 
             .await
             .unwrap(),
     ];
-    let rival_uid = Api::<KubeNode>::all(rig.admin.clone())
-        .get(rival)
-        .await
-        .unwrap()
-        .uid()
-        .unwrap();
-    let rival_client = client_for(&rig.env.node_identity(rival)).await;
-    let rival_gate = SlotGate::new(
-        rival_client,
-        rival,
-        &rival_uid,
-        &shims,
-        GateTimings::default(),
-    );
+    let rival_gate = rig.gate_as(rival, &shims).await;
     let first = [FIRST.to_string()];
     let took = rival_gate.acquire(&first);
     tokio::time::timeout(std::time::Duration::from_secs(30), took)

@@ -8,7 +8,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use shim_agent::api::Shim;
@@ -19,7 +18,7 @@ use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 use shim_agent::txn::Gate;
 
 use crate::support::agent_rig::Rig;
-use crate::support::kube::{SERIAL, client_for, eventually, observed_client_for};
+use crate::support::kube::{SERIAL, eventually, observed_client_for};
 use crate::support::live::shim_yaml;
 
 const SHIMS: [&str; 6] = [
@@ -91,23 +90,10 @@ async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
         .into_iter()
         .filter(|s| SHIMS.contains(&s.name_any().as_str()))
         .collect();
-    let uid = |n: &str| {
-        let nodes: Api<KubeNode> = Api::all(rig.admin.clone());
-        let n = n.to_string();
-        async move { nodes.get(&n).await.unwrap().uid().unwrap() }
-    };
     let names: Vec<String> = SHIMS.iter().map(|s| s.to_string()).collect();
 
     // the rival holds the first Shim's slot
-    let rival_client = client_for(&rig.env.node_identity(rival)).await;
-    let rival_uid = uid(rival).await;
-    let rival_gate = SlotGate::new(
-        rival_client,
-        rival,
-        &rival_uid,
-        &shims,
-        GateTimings::default(),
-    );
+    let rival_gate = rig.gate_as(rival, &shims).await;
     rival_gate.acquire(&names[..1]).await.unwrap();
 
     // every slot write this node sends
@@ -125,7 +111,7 @@ async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
         },
     )
     .await;
-    let my_uid = uid(&rig.name).await;
+    let my_uid = rig.node_uid(&rig.name).await;
     let gate = SlotGate::new(client, &rig.name, &my_uid, &shims, GateTimings::default());
     let watch = async {
         // long enough for a whole try of the batch and its give-backs

@@ -8,32 +8,18 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::{Api, ResourceExt};
 use shim_agent::api::Shim;
 use shim_agent::api::lease::{SLOT_CLOSED, ShimLease};
 use shim_agent::cluster::NAMESPACE;
-use shim_agent::cluster::agent::gate::{GateTimings, SlotGate};
 use shim_agent::cluster::slots::slot_name;
 use shim_agent::txn::Gate;
 
 use crate::support::agent_rig::Rig;
-use crate::support::kube::{SERIAL, client_for, eventually};
+use crate::support::kube::{SERIAL, eventually};
 use crate::support::live::shim_yaml;
 
 const SHIM: &str = "slot-orphan";
-
-/// A gate of node `node` for the Shim as it is now.
-async fn gate_of(rig: &Rig, node: &str, shims: &[Shim]) -> (kube::Client, String, Vec<Shim>) {
-    let uid = Api::<KubeNode>::all(rig.admin.clone())
-        .get(node)
-        .await
-        .unwrap()
-        .uid()
-        .unwrap();
-    let client = client_for(&rig.env.node_identity(node)).await;
-    (client, uid, shims.to_vec())
-}
 
 /// Slot 0 of the Shim, once it exists open (and is not the Lease `not`).
 async fn open_slot(rig: &Rig, not: Option<&ShimLease>) -> ShimLease {
@@ -72,8 +58,7 @@ async fn a_shim_created_again_gets_new_slots_though_a_node_held_the_old_ones() {
 
     // the rival holds the slot when the Shim goes (its finalizer taken off by hand)
     let shims = the_shim(&rig).await;
-    let (client, uid, shims) = gate_of(&rig, rival, &shims).await;
-    let rival_gate = SlotGate::new(client, rival, &uid, &shims, GateTimings::default());
+    let rival_gate = rig.gate_as(rival, &shims).await;
     let first = [SHIM.to_string()];
     tokio::time::timeout(Duration::from_secs(30), rival_gate.acquire(&first))
         .await
@@ -108,8 +93,7 @@ async fn a_shim_created_again_gets_new_slots_though_a_node_held_the_old_ones() {
         vec![shims[0].uid().unwrap()],
         "owned by the new Shim alone"
     );
-    let (client, uid, shims) = gate_of(&rig, &rig.name, &shims).await;
-    let gate = SlotGate::new(client, &rig.name, &uid, &shims, GateTimings::default());
+    let gate = rig.gate_as(&rig.name, &shims).await;
     tokio::time::timeout(Duration::from_secs(30), gate.acquire(&first))
         .await
         .expect("the node takes the new Shim's slot within 30 s")

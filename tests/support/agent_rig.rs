@@ -106,6 +106,33 @@ impl Rig {
             .unwrap()
     }
 
+    /// The UID of Node `node`.
+    pub async fn node_uid(&self, node: &str) -> String {
+        Api::<KubeNode>::all(self.admin.clone())
+            .get(node)
+            .await
+            .unwrap()
+            .uid()
+            .unwrap()
+    }
+
+    /// The rollout slots of `shims` as node `node` takes them: its own identity, its Node's
+    /// UID, the default timings.
+    pub async fn gate_as<'s>(
+        &self,
+        node: &str,
+        shims: &'s [Shim],
+    ) -> shim_agent::cluster::agent::gate::SlotGate<'s> {
+        let client = super::kube::client_for(&self.env.node_identity(node)).await;
+        shim_agent::cluster::agent::gate::SlotGate::new(
+            client,
+            node,
+            &self.node_uid(node).await,
+            shims,
+            Default::default(),
+        )
+    }
+
     /// The Node's `containerd.x-k8s.io/shim-state` annotation, as JSON text.
     pub async fn state_annotation(&self) -> Option<String> {
         self.node()
