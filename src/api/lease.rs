@@ -32,8 +32,15 @@ pub const SLOT_FREED: &str = "containerd.x-k8s.io/slot-freed-from";
 /// node that sees it differ from the N it chose its candidates by lists the slots again.
 pub const SLOT_COUNT: &str = "containerd.x-k8s.io/slot-count";
 /// Label on a slot Lease, written by the coordinator only: the node that takes the slot next.
-/// Nobody else may take it while it is free; the node watches the slots labelled for it.
+/// Nobody else may take it while it is free; the node learns of it from its Node
+/// ([`SLOT_RESERVATIONS_ANNOTATION`]) and watches that slot alone.
 pub const SLOT_RESERVED_LABEL: &str = "containerd.x-k8s.io/slot-reserved-for";
+/// Annotation on a Node, written by the coordinator only: which slot of each Shim is reserved
+/// for that node (JSON, Shim name -> slot index). A hint, not an authority: it tells a waiting
+/// node which one slot to watch (by name, which the API server's watch cache indexes, where a
+/// label selector on the slots reaches every watcher), and the slot's [`SLOT_RESERVED_LABEL`]
+/// still decides who may take it.
+pub const SLOT_RESERVATIONS_ANNOTATION: &str = "containerd.x-k8s.io/slot-reservations";
 /// Annotation on a slot Lease: how many nodes the Shim targeted when the coordinator created
 /// the slot. A waiting node sizes its claim window by it until the Shim has a status.
 pub const SLOT_TARGETED: &str = "containerd.x-k8s.io/slot-targeted";

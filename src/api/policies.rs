@@ -14,7 +14,8 @@
 //! - `shim-agent-node-status`: a dedicated node identity writes, of its own Node's status, only
 //!   the ShimsReady condition, and no metadata through the status.
 //! - `shim-agent-node-taints`: the coordinator removes only the startup taint a ready Node
-//!   names; nothing else of a Node, its metadata included, changes.
+//!   names, and writes only the Node's reservation hint; nothing else of a Node, its
+//!   metadata included, changes.
 //! - `shim-agent-runtimeclass-writes`: node agents write no RuntimeClass; the coordinator
 //!   writes only RuntimeClasses a Shim owns (an administrator's are never touched).
 //! - `shim-agent-runtimeclass-shims` (evaluated once per Shim): a RuntimeClass the coordinator
@@ -23,7 +24,8 @@
 
 use super::lease::NAMESPACE;
 use super::lease::{
-    SLOT_CLOSED, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_RESERVED_LABEL, SLOT_SHIM_LABEL,
+    SLOT_CLOSED, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_RESERVATIONS_ANNOTATION,
+    SLOT_RESERVED_LABEL, SLOT_SHIM_LABEL,
 };
 use super::rbac::{
     AGENT_GROUP, AGENT_USER_PREFIX, COORDINATOR_GROUP, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT,
@@ -231,8 +233,15 @@ fn same_list(field: &str) -> String {
 
 /// CEL: an update leaves the object's labels, annotations, owners and finalizers as they were.
 fn same_metadata() -> String {
+    same_metadata_but(&[])
+}
+
+/// CEL: [`same_metadata`], except the annotations `but`.
+fn same_metadata_but(but: &[&str]) -> String {
+    let annotations = |o: &str| format!("{o}.metadata.?annotations.orValue({{}})");
     format!(
-        "object.metadata.?labels.orValue({{}}) == oldObject.metadata.?labels.orValue({{}}) && object.metadata.?annotations.orValue({{}}) == oldObject.metadata.?annotations.orValue({{}}) && {} && {}",
+        "object.metadata.?labels.orValue({{}}) == oldObject.metadata.?labels.orValue({{}}) && {} && {} && {}",
+        same_except(&annotations("oldObject"), &annotations("object"), but),
         same_list("ownerReferences"),
         same_list("finalizers")
     )
@@ -306,8 +315,9 @@ pub fn node_status() -> serde_json::Value {
 }
 
 /// The coordinator removes, of a Node, only the startup taint the Node's annotation names
-/// (under containerd.x-k8s.io/), and only once the Node's ShimsReady condition is True;
-/// nothing else of the Node changes.
+/// (under containerd.x-k8s.io/), and only once the Node's ShimsReady condition is True, and
+/// writes the Node's reservation hint ([`SLOT_RESERVATIONS_ANNOTATION`]); nothing else of the
+/// Node changes.
 pub fn node_taints() -> serde_json::Value {
     let taints = |o: &str| format!("{o}.spec.?taints.orValue([])");
     serde_json::json!({
@@ -322,8 +332,8 @@ pub fn node_taints() -> serde_json::Value {
             ],
             "validations": [
                 {
-                    "expression": format!("request.operation == 'UPDATE' && {} && ['unschedulable', 'podCIDR', 'podCIDRs', 'providerID', 'configSource', 'externalID'].all(f, (f in object.spec) == (f in oldObject.spec) && (!(f in object.spec) || object.spec[f] == oldObject.spec[f]))", same_metadata()),
-                    "message": "the shim-agent coordinator may only remove a Node's startup taint: no create, delete, or other change",
+                    "expression": format!("request.operation == 'UPDATE' && {} && ['unschedulable', 'podCIDR', 'podCIDRs', 'providerID', 'configSource', 'externalID'].all(f, (f in object.spec) == (f in oldObject.spec) && (!(f in object.spec) || object.spec[f] == oldObject.spec[f]))", same_metadata_but(&[SLOT_RESERVATIONS_ANNOTATION])),
+                    "message": format!("the shim-agent coordinator may only remove a Node's startup taint and write its {SLOT_RESERVATIONS_ANNOTATION} annotation: no create, delete, or other change"),
                 },
                 {
                     "expression": format!("{new}.all(t, t in {old}) && {old}.all(t, t in {new} || (variables.ready && variables.named.startsWith('containerd.x-k8s.io/') && variables.named == t.key + ':' + t.effect))", new = taints("object"), old = taints("oldObject")),

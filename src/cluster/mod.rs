@@ -5,7 +5,8 @@
 //! - [`coordinator`]: the cluster-wide work of the elected coordinator: election, the pure
 //!   plan of each Shim, status, and the slot writes;
 //! - the protocol both share, here: [`slots`] (pure: slot rules), [`reservations`] (pure:
-//!   which waiting node each slot is kept for), [`lease_edits`] (every
+//!   which waiting node each slot is kept for), [`reservation_hints`] (pure: how a node
+//!   learns of its reservation, on its Node), [`lease_edits`] (every
 //!   edit of a slot Lease), [`nodestate`] (the per-node state annotation), [`target`] (which
 //!   Shims a node runs), [`connect`] (kubeconfig, node name, rotating credentials),
 //!   [`watch`] (reflectors that nudge a round), [`api_answer`] (what a failed request's
@@ -25,6 +26,7 @@ pub mod lease_edits;
 pub mod names;
 pub mod nodestate;
 pub mod readiness;
+pub mod reservation_hints;
 pub mod reservations;
 pub mod session;
 pub mod slots;

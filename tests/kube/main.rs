@@ -33,6 +33,7 @@ mod retain;
 mod runtime_class;
 mod shim_cache;
 mod slot_batch;
+mod slot_hints;
 mod slot_orphans;
 mod slots;
 mod slow_server;

@@ -263,6 +263,21 @@ async fn a_node_credential_can_change_no_runtime_class_and_nothing_of_another_no
         e.contains("only its Node's containerd.x-k8s.io/ labels"),
         "{e}"
     );
+    // the reservation hint is the coordinator's (a forged one would gain nothing: the slot's
+    // label decides), not the node's to write
+    let e = nodes
+        .patch(
+            "kc-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {shim_agent::api::lease::SLOT_RESERVATIONS_ANNOTATION: "{\"x\":0}"}}})),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("only its Node's containerd.x-k8s.io/ labels"),
+        "{e}"
+    );
     for (what, meta) in [
         (
             "an owner",

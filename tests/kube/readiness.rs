@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use shim_agent::api::lease::SLOT_RESERVATIONS_ANNOTATION;
 use shim_agent::cluster::STATE_ANNOTATION;
 use shim_agent::cluster::readiness::{SHIMS_READY, STARTUP_TAINT_ANNOTATION, StartupTaint};
 
@@ -250,6 +251,24 @@ async fn removes_only_the_startup_taint<F: std::future::Future<Output = ()>>(
             "{who}: {what}: {e}"
         );
     }
+    // the reservation hint (docs/design.md §5) is the coordinator's to write and to drop,
+    // and nothing rides along with it
+    let hint = |v: serde_json::Value| json!({"metadata": {"annotations": {SLOT_RESERVATIONS_ANNOTATION: v}}});
+    write(hint(json!("{\"s\":0}")))
+        .await
+        .unwrap_or_else(|e| panic!("{who}: point the Node at its reserved slot: {e}"));
+    let e = write(
+        json!({"metadata": {"annotations": {SLOT_RESERVATIONS_ANNOTATION: "{\"s\":1}", "x": "y"}}}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.contains("may only remove a Node's startup taint"),
+        "{who}: another annotation beside the hint: {e}"
+    );
+    write(hint(serde_json::Value::Null))
+        .await
+        .unwrap_or_else(|e| panic!("{who}: drop the hint: {e}"));
     write(only_other)
         .await
         .unwrap_or_else(|e| panic!("{who}: the named taint of a ready node: {e}"));

@@ -26,6 +26,8 @@ pub(super) struct Caches {
     pub(super) pods: Store<Pod>,
     /// Counts the changes of what a round plans from in the Shims ([`super::shim_cache`]).
     pub(super) specs: tokio_watch::Receiver<u64>,
+    /// Counts the events of this node's Node (the cache has each before the count moves).
+    pub(super) node_changes: tokio_watch::Receiver<u64>,
     _tasks: Tasks,
 }
 
@@ -34,12 +36,16 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let c = &self.client;
         // metadata only, the spec read per generation: no status write floods the nodes
         let (shims, specs, t1) = spawn_shim_cache(c.clone(), nudge.clone());
+        // every event of its Node nudges a round and is counted, so the slot gate sees the
+        // reservation hints the coordinator writes there
+        let (node_events, node_rx) = mpsc::channel(1);
         let (node, t2) = spawn_reflector(
             Api::<KubeNode>::all(c.clone()),
             listed_from_cache().fields(&format!("metadata.name={}", self.node_name)),
             "node",
-            nudge.clone(),
+            node_events,
         );
+        let (node_changes, t5) = count_node_events(node_rx, nudge.clone());
         let (pods, t3) = spawn_reflector(
             Api::<Pod>::all(c.clone()),
             listed_from_cache().fields(&format!("spec.nodeName={}", self.node_name)),
@@ -60,7 +66,8 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             node,
             pods,
             specs,
-            _tasks: Tasks(vec![t1, t2, t3, t4]),
+            node_changes,
+            _tasks: Tasks(vec![t1, t2, t3, t4, t5]),
         }
     }
 
@@ -126,6 +133,21 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         );
         Ok(())
     }
+}
+
+/// Pass each event of the Node's reflector on to `nudge`, and count it.
+fn count_node_events(
+    mut events: mpsc::Receiver<()>,
+    nudge: mpsc::Sender<()>,
+) -> (tokio_watch::Receiver<u64>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = tokio_watch::channel(0u64);
+    let task = tokio::spawn(async move {
+        while events.recv().await.is_some() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+            let _ = nudge.try_send(());
+        }
+    });
+    (rx, task)
 }
 
 /// Whether the Node cache had its first sync (without waiting for it).

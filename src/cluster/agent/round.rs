@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::Agent;
 use super::caches::{Caches, pod_use};
-use super::gate::SlotGate;
+use super::gate::{NodeHints, SlotGate};
 use crate::api::Shim;
 use crate::cluster::nodestate;
 use crate::cluster::target::{self, Inputs, NodePlan, PodUse};
@@ -209,6 +209,10 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             None => slots,
         }
         .until_superseded(view.specs.clone())
+        .hinted_by(NodeHints {
+            node: caches.node.clone(),
+            changes: caches.node_changes.clone(),
+        })
         .except(view.statics.iter().map(|s| s.name().to_string()));
         let report = crate::hooks::Report {
             recorder: self.recorder.clone(),

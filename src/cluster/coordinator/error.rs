@@ -16,6 +16,8 @@ pub enum CoordinatorError {
     Slot(#[source] kube::Error),
     #[error("cannot remove a startup taint: {0}")]
     StartupTaint(#[source] kube::Error),
+    #[error("cannot point a Node at its reserved slots: {0}")]
+    ReservationHint(#[source] kube::Error),
     #[error("cannot take or renew the coordinator lease: {0}")]
     Election(#[source] kube::Error),
 }
@@ -39,6 +41,7 @@ impl CoordinatorError {
             CoordinatorError::Status(_) => "status",
             CoordinatorError::Slot(_) => "slot",
             CoordinatorError::StartupTaint(_) => "startup_taint",
+            CoordinatorError::ReservationHint(_) => "reservation_hint",
             CoordinatorError::Election(_) => "election",
         }
     }
@@ -52,6 +55,7 @@ impl CoordinatorError {
         | CoordinatorError::Status(e)
         | CoordinatorError::Slot(e)
         | CoordinatorError::StartupTaint(e)
+        | CoordinatorError::ReservationHint(e)
         | CoordinatorError::Election(e)) = self;
         crate::cluster::api_answer::ApiAnswer::of(e).as_str()
     }
@@ -99,6 +103,11 @@ mod tests {
         assert_eq!(
             (e.step(), e.reason(), e.is_race()),
             ("startup_taint", "Forbidden", false)
+        );
+        let e = CoordinatorError::ReservationHint(api(404));
+        assert_eq!(
+            (e.step(), e.reason(), e.is_race()),
+            ("reservation_hint", "NotFound", true)
         );
         let e = CoordinatorError::Election(api(503));
         assert_eq!((e.step(), e.reason()), ("election", "Unavailable"));

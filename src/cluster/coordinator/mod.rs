@@ -37,6 +37,7 @@ use status::NodeView;
 pub mod class;
 pub mod election;
 mod error;
+mod hints;
 pub mod plan;
 pub mod slot_writes;
 pub mod status;
@@ -132,6 +133,7 @@ async fn duties(client: Client, config: CoordinatorConfig) {
         rollout_hooks: RolloutHooks::new(hooks, recorder, tx),
         reservations: BTreeMap::new(),
         written: BTreeMap::new(),
+        hinted: hints::Hinted::default(),
     };
     loop {
         let next = c.reconcile_all(&caches).await;
@@ -250,6 +252,14 @@ impl Coordinator {
                 });
         futures_util::future::join_all(writes).await;
         self.written = all.iter().map(|s| s.name_any()).zip(written).collect();
+        // each Node pointed at the slots reserved for it (as the cache shows them)
+        hints::point_nodes(
+            &self.client,
+            &caches.nodes,
+            &caches.leases,
+            &mut self.hinted,
+        )
+        .await;
         // a reservation that runs out is moved at that time
         let mut next: Option<Instant> = self
             .reservations
@@ -333,6 +343,8 @@ struct Coordinator {
     reservations: BTreeMap<String, Reservations>,
     /// Each Shim's slot writes the cache has not shown yet.
     written: BTreeMap<String, written::Written>,
+    /// The reservation hints written that the Node cache may not show yet.
+    hinted: hints::Hinted,
 }
 
 impl Coordinator {

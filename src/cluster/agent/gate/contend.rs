@@ -3,11 +3,14 @@
 //! slot).
 //!
 //! The coordinator keeps each open slot for the node that takes it next
-//! ([`crate::cluster::reservations`]). A waiting node watches only the slots reserved for it
-//! (`slot-of=<shim>,slot-reserved-for=<node>`, from the list's resourceVersion), so a hand-off
-//! reaches the one node it is for, and that node claims the slot as soon as an event shows it
-//! free and open: a replace guarded by the version it saw. Nobody else may take it (the
-//! admission policy). A node reserved nothing yet receives no events at all.
+//! ([`crate::cluster::reservations`]) and says which on the node's Node. A waiting node
+//! watches only the slot its Node names, by name ([`super::hinted`]), so a hand-off reaches
+//! the one node it is for, and that node claims the slot as soon as an event shows it free
+//! and open: a replace guarded by the version it saw. Nobody else may take it (the admission
+//! policy). A node reserved nothing yet receives no slot events at all. A gate with no Node
+//! at hand watches the slots reserved for it by label
+//! (`slot-of=<shim>,slot-reserved-for=<node>`), which the API server filters for every
+//! watcher at every slot event.
 //!
 //! While a Shim has few rivals per slot (the nodes it targets fit in its N slots, or are two
 //! at most), a node also takes a free slot reserved for nobody at once, from its list or from
@@ -31,7 +34,7 @@ use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_of};
 use crate::txn::error::GateError;
 
 /// How soon a node lists again when its watch did not start.
-const RETRY_WATCH: Duration = Duration::from_secs(5);
+pub(super) const RETRY_WATCH: Duration = Duration::from_secs(5);
 /// The pause before a node lists again after its watch ended early: the first time, and the
 /// most, doubled at each early end in a row (as client-go's reflectors back off), and below
 /// the time a reservation waits for its node to claim it
@@ -72,6 +75,8 @@ pub struct Seen<'s> {
     pub resource_version: &'s str,
     /// Few rivals: a free slot reserved for nobody may be taken at once.
     pub few_rivals: bool,
+    /// The open slot the list showed reserved for this node (held: it waits for the release).
+    pub reserved: Option<u32>,
 }
 
 impl SlotGate<'_> {
@@ -84,9 +89,16 @@ impl SlotGate<'_> {
             &name,
             seen.resource_version,
         );
+        // many rivals, and this node's Node at hand: the slot it names alone
+        if !seen.few_rivals
+            && let Some(hints) = &self.hints
+        {
+            return self.wait_hinted(shim, &seen, hints, after).await;
+        }
         // few rivals (a small cluster, a new Shim's first slots): watch all of the Shim's
         // slots and take the first free one, reserved for this node or for nobody, without
-        // waiting for the coordinator; else only the slots reserved for this node
+        // waiting for the coordinator; else (no Node at hand: a recovery at start) the slots
+        // reserved for this node, by label
         let all = seen.few_rivals;
         let selector = if all {
             format!("{SLOT_SHIM_LABEL}={name}")
@@ -140,7 +152,7 @@ impl SlotGate<'_> {
 
     /// Whether `lease` is a slot of `shim` this node may take now: free, open, and reserved
     /// for it (or for nobody, with few rivals).
-    fn mine_to_take(&self, shim: &Shim, lease: &ShimLease, few_rivals: bool) -> bool {
+    pub(super) fn mine_to_take(&self, shim: &Shim, lease: &ShimLease, few_rivals: bool) -> bool {
         let Some(s) = slot_of(shim, lease) else {
             return false;
         };
@@ -152,7 +164,11 @@ impl SlotGate<'_> {
     }
 
     /// Take `lease`: `None` when another node was quicker (a 409), or it went (a 404).
-    async fn claim(&self, shim: &Shim, lease: ShimLease) -> Result<Option<ShimLease>, GateError> {
+    pub(super) async fn claim(
+        &self,
+        shim: &Shim,
+        lease: ShimLease,
+    ) -> Result<Option<ShimLease>, GateError> {
         let name = shim.name_any();
         let taken = self.taken(lease);
         match self

@@ -3,12 +3,14 @@
 //!
 //! # Protocol
 //! - Acquire: one list of the Shim's slots; a slot this node holds is adopted (an agent that
-//!   restarted finds its own). Otherwise the node picks a few candidate slots by rendezvous
-//!   hash of its Node UID, skipping slots held by failed nodes, watches only those, by name,
-//!   and claims a free open one after a short delay drawn per hand-off ([`contend`]), with a
-//!   replace guarded by the resourceVersion it saw: of two claimants one gets a 409 and goes
-//!   on waiting. The holder's Node becomes an owner of the slot (so a deleted Node's slot can
-//!   be freed, see the admission policy in `api::manifests`).
+//!   restarted finds its own), and a free open slot reserved for it (or, while the Shim has
+//!   few rivals, for nobody, in the node's rendezvous order) is taken at once. Otherwise the
+//!   node waits ([`contend`]): with few rivals on a watch of the Shim's slots, else on its
+//!   Node for the slot the coordinator reserves for it and then on a watch of that slot
+//!   alone, by name ([`hinted`]). A claim is a replace guarded by the resourceVersion the node
+//!   saw: of two claimants one gets a 409 and goes on waiting. The holder's Node becomes an
+//!   owner of the slot (so a deleted Node's slot can be freed, see the admission policy in
+//!   `api::policies`).
 //! - Renew: a replace with a new `renewTime`, right before the restart; anything but
 //!   success and the restart does not happen. A slot written (taken or renewed) within
 //!   `GateTimings::fresh` counts as renewed.
@@ -44,7 +46,10 @@ use crate::txn::error::GateError;
 
 mod batch;
 mod contend;
+mod hinted;
+
 pub use crate::cluster::reservations::{few_rivals, slots_have_few_rivals};
+pub use hinted::NodeHints;
 
 /// How a node waits for slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +96,8 @@ pub struct SlotGate<'a> {
     /// Shims this node runs from its own `shims.d` (they win over a cluster Shim of the same
     /// name): the node owner's, no rollout.
     statics: BTreeSet<String>,
+    /// This node's Node, where the coordinator names the slots reserved for it.
+    hints: Option<NodeHints>,
 }
 
 type Held<'a> = (&'a Shim, ShimLease, Instant);
@@ -143,6 +150,7 @@ impl<'a> SlotGate<'a> {
             shutdown: None,
             superseded: None,
             statics: BTreeSet::new(),
+            hints: None,
         }
     }
 
@@ -166,6 +174,14 @@ impl<'a> SlotGate<'a> {
     /// the rest (giving the slot back would cost its place).
     pub fn until_superseded(mut self, specs: tokio::sync::watch::Receiver<u64>) -> Self {
         self.superseded = Some(specs);
+        self
+    }
+
+    /// Wait for a reserved slot as this node's Node names it ([`NodeHints`]): a watch of that
+    /// one slot by name. Without it the node watches the slots reserved for it by label,
+    /// which the API server hands every slot event to be filtered.
+    pub fn hinted_by(mut self, hints: NodeHints) -> Self {
+        self.hints = Some(hints);
         self
     }
 
@@ -266,9 +282,14 @@ impl<'a> SlotGate<'a> {
                 return Ok(l);
             }
             crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
+            let reserved = slots
+                .iter()
+                .find(|s| s.reserved.as_deref() == Some(&*self.me) && s.is_open())
+                .map(|s| s.index);
             let seen = contend::Seen {
                 resource_version: &rv,
                 few_rivals: few,
+                reserved,
             };
             match self.contend(shim, seen).await? {
                 contend::Waited::Took(l) => return Ok(*l),
