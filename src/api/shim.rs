@@ -180,9 +180,10 @@ pub struct RuntimeSettings {
     /// Options that name files of the installed artifact: option name → relative path in
     /// the artifact's tree. Each is written to the handler's `options` as that file's
     /// absolute installed path, e.g. gVisor's `{ConfigPath: runsc.toml}` becomes
-    /// `ConfigPath = "/opt/shim-agent/shims/<name>/<sha256>/runsc.toml"`, and runc's shim
-    /// runs `{BinaryName: runsc}`. The file must be in the artifact, and the option must not
-    /// be in `options` too.
+    /// `ConfigPath = "/opt/shim-agent/shims/<name>/<sha256>/runsc.toml"` (what gVisor's and
+    /// kata's shims read; containerd's runc shim takes no options there, so `BinaryName`
+    /// cannot point it at another runtime). The file must be in the artifact, and the option
+    /// must not be in `options` too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(
         validation = Rule::new("self.all(k, k.size() > 0 && k.size() <= 128 && k.matches('^[A-Za-z0-9_][-A-Za-z0-9_]*$'))")
