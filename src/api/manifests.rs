@@ -121,7 +121,11 @@ pub fn manifests_yaml() -> anyhow::Result<String> {
             },
         )?;
     }
-    for role in [rbac::node_cluster_role(), rbac::coordinator_cluster_role()] {
+    for role in [
+        rbac::node_cluster_role(),
+        rbac::dedicated_node_cluster_role(),
+        rbac::coordinator_cluster_role(),
+    ] {
         push_doc(&mut out, RBAC, "ClusterRole", &role)?;
     }
     for binding in rbac::cluster_role_bindings() {

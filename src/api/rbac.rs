@@ -4,7 +4,9 @@
 //!   group `system:nodes`) or a dedicated identity held to one Node ([`AGENT_GROUP`] users
 //!   named [`AGENT_USER_PREFIX`]`<node>`, or node-bound tokens of the [`SERVICE_ACCOUNT`]).
 //!   Whatever `system:nodes` is granted, every kubelet of the cluster holds: so node agents get
-//!   only what one node's work needs. They read Shims, extensions and their own pods; write
+//!   only what one node's work needs, and nothing a kubelet already holds through the Node
+//!   authorizer (its own Node and pods, held there to its own: granted again through RBAC,
+//!   every Node and pod). They read Shims, extensions and their own pods; write
 //!   their own Node (label, state annotation), Events, their extension hook records, and
 //!   update rollout slots (held to their own by an admission policy). No RuntimeClass, no
 //!   Shim status or finalizer, no coordinator lease, no creating or deleting slots.
@@ -35,6 +37,8 @@ pub const COORDINATOR_GROUP: &str = "containerd.x-k8s.io:coordinators";
 pub const COORDINATOR_SERVICE_ACCOUNT: &str = "shim-agent-coordinator";
 /// Name of the node agents' ClusterRole, Role and bindings.
 pub const RBAC_NAME: &str = "shim-agent";
+/// Name of the dedicated node identities' ClusterRole and binding (their own Node and pods).
+pub const DEDICATED_RBAC_NAME: &str = "shim-agent-dedicated-node";
 /// Name of the coordinator's ClusterRole, Role and bindings.
 pub const COORDINATOR_RBAC_NAME: &str = "shim-agent-coordinator";
 
@@ -62,6 +66,14 @@ fn subject(kind: &str, name: &str) -> Subject {
 pub fn node_subjects() -> Vec<Subject> {
     vec![
         subject("Group", "system:nodes"),
+        subject("Group", AGENT_GROUP),
+        subject("ServiceAccount", SERVICE_ACCOUNT),
+    ]
+}
+
+/// The dedicated node identities: node agents that are not kubelets.
+pub fn dedicated_node_subjects() -> Vec<Subject> {
+    vec![
         subject("Group", AGENT_GROUP),
         subject("ServiceAccount", SERVICE_ACCOUNT),
     ]
@@ -97,16 +109,29 @@ pub fn node_cluster_role() -> ClusterRole {
             ),
             rule(&[""], &["services"], &["get"]),
             rule(&["discovery.k8s.io"], &["endpointslices"], &["list"]),
-            // its own Node: the Shim labels and the state annotation (NodeRestriction holds a
-            // kubelet to its own Node, the node-writes policy a dedicated identity)
+            rule(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
+        ]),
+        ..Default::default()
+    }
+}
+
+/// What a dedicated node identity (not a kubelet) may do besides [`node_cluster_role`]: its
+/// own Node and pods. A kubelet has these from the Node authorizer, which holds it to its own
+/// Node and the pods bound to it (its lists and watches included); granted to `system:nodes`
+/// through RBAC, which the API server asks as well, they let every kubelet list and watch
+/// every Node and every pod of the cluster.
+pub fn dedicated_node_cluster_role() -> ClusterRole {
+    ClusterRole {
+        metadata: meta(DEDICATED_RBAC_NAME, None),
+        rules: Some(vec![
+            // its own Node: the Shim labels and the state annotation (the node-writes policy
+            // holds it to its own Node)
             rule(&[""], &["nodes"], &["list", "watch", "patch"]),
-            // its own Node's ShimsReady condition (the node-status policy holds a dedicated
-            // identity to that; a kubelet writes its own status anyway)
+            // its own Node's ShimsReady condition (the node-status policy holds it to that)
             rule(&[""], &["nodes/status"], &["patch"]),
             // pods on its own node (field selector spec.nodeName): uninstalls wait for the
-            // pods that use the Shim's RuntimeClass
+            // pods that use the Shim's RuntimeClass (RBAC cannot hold a read to a selector)
             rule(&[""], &["pods"], &["list", "watch"]),
-            rule(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
         ]),
         ..Default::default()
     }
@@ -185,13 +210,18 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
     }
 }
 
-/// The two ClusterRoleBindings: node agents, coordinators.
-pub fn cluster_role_bindings() -> [ClusterRoleBinding; 2] {
+/// The three ClusterRoleBindings: node agents, dedicated node identities, coordinators.
+pub fn cluster_role_bindings() -> [ClusterRoleBinding; 3] {
     [
         ClusterRoleBinding {
             metadata: meta(RBAC_NAME, None),
             role_ref: role_ref("ClusterRole", RBAC_NAME),
             subjects: Some(node_subjects()),
+        },
+        ClusterRoleBinding {
+            metadata: meta(DEDICATED_RBAC_NAME, None),
+            role_ref: role_ref("ClusterRole", DEDICATED_RBAC_NAME),
+            subjects: Some(dedicated_node_subjects()),
         },
         ClusterRoleBinding {
             metadata: meta(COORDINATOR_RBAC_NAME, None),

@@ -26,6 +26,7 @@ mod kustomize;
 mod late_batch;
 mod lists;
 mod node_credential;
+mod node_reads;
 mod readiness;
 mod report_order;
 mod resilience;

@@ -218,9 +218,21 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
     assert_eq!(verbs(node, "shims"), list(&["list", "watch"]));
     assert_eq!(verbs(node, "shims/status"), None);
     assert_eq!(verbs(node, "runtimeclasses"), None);
-    assert_eq!(verbs(node, "nodes"), list(&["list", "watch", "patch"]));
-    assert_eq!(verbs(node, "nodes/status"), list(&["patch"]));
-    assert_eq!(verbs(node, "pods"), list(&["list", "watch"]));
+    // a kubelet's own Node and pods are the Node authorizer's to grant (it holds a kubelet to
+    // its own); granted to system:nodes here, every kubelet would list every Node and pod
+    assert_eq!(verbs(node, "nodes"), None);
+    assert_eq!(verbs(node, "nodes/status"), None);
+    assert_eq!(verbs(node, "pods"), None);
+    let dedicated = find("ClusterRole", "shim-agent-dedicated-node");
+    assert_eq!(verbs(dedicated, "nodes"), list(&["list", "watch", "patch"]));
+    assert_eq!(verbs(dedicated, "nodes/status"), list(&["patch"]));
+    assert_eq!(verbs(dedicated, "pods"), list(&["list", "watch"]));
+    let binding = find("ClusterRoleBinding", "shim-agent-dedicated-node");
+    let subjects = serde_yaml::to_string(&binding["subjects"]).unwrap();
+    assert!(
+        !subjects.contains("system:nodes") && subjects.contains("shim-agents"),
+        "{subjects}"
+    );
     assert_eq!(
         verbs(node, "shimextensions"),
         list(&["get", "list", "watch"])
@@ -235,7 +247,11 @@ fn manifests_hold_crd_namespace_and_least_privilege_rbac() {
     assert_eq!(verbs(node, "endpointslices"), list(&["list"]));
     // slots only through the namespaced Roles; nodes take and give back, the coordinator makes
     // and deletes them
-    for who in ["shim-agent", "shim-agent-coordinator"] {
+    for who in [
+        "shim-agent",
+        "shim-agent-dedicated-node",
+        "shim-agent-coordinator",
+    ] {
         assert!(
             !serde_yaml::to_string(find("ClusterRole", who))
                 .unwrap()

@@ -106,7 +106,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                     }
                 }
                 _ = &mut deadline => {
-                    self.not_synced_yet(caches)?;
+                    self.not_synced_yet(caches).await?;
                     deadline.as_mut().reset(Instant::now() + self.node_wait);
                 }
             }
@@ -114,17 +114,30 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     }
 
     /// `node_wait` passed before the caches were ready. A Node cache that synced without
-    /// this node's Node is a misconfigured name: an error. Watches that have not synced are
-    /// a slow or unreachable API server, or a missing permission: the watches retry with
-    /// backoff, so the agent says so and keeps waiting. Exiting instead made every agent of
-    /// a fleet list everything again when the API server was slow, which is what kept it
-    /// slow (BENCHMARKS.md: 5000 agents).
-    fn not_synced_yet(&self, caches: &Caches) -> anyhow::Result<()> {
+    /// this node's Node is a misconfigured name: an error. So is a Node this identity may not
+    /// read (a kubelet's credentials read their own Node alone), found with one get. Other
+    /// watches that have not synced are a slow or unreachable API server, or a missing
+    /// permission: the watches retry with backoff, so the agent says so and keeps waiting.
+    /// Exiting instead made every agent of a fleet list everything again when the API
+    /// server was slow, which is what kept it slow (BENCHMARKS.md: 5000 agents).
+    async fn not_synced_yet(&self, caches: &Caches) -> anyhow::Result<()> {
         let secs = self.node_wait.as_secs();
+        let set_it = "set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)";
         let node_synced = node_cache_ready(caches);
         if node_synced && caches.node.state().is_empty() {
             anyhow::bail!(
-                "no Node named {:?} in the cluster (waited {secs} s): set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)",
+                "no Node named {:?} in the cluster (waited {secs} s): {set_it}",
+                self.node_name,
+            )
+        }
+        if !node_synced
+            && let Err(kube::Error::Api(s)) = Api::<KubeNode>::all(self.client.clone())
+                .get(&self.node_name)
+                .await
+            && s.code == 403
+        {
+            anyhow::bail!(
+                "no Node named {:?} that this identity may read (the API server refused it: a kubelet's credentials read their own Node alone, a dedicated identity needs the manifests' shim-agent-dedicated-node role): {set_it}",
                 self.node_name,
             )
         }
