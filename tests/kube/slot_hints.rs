@@ -3,7 +3,8 @@
 //! was handed, by the API server's watch cache, every event of every slot to filter: 5000
 //! such watches fell behind and were closed. The coordinator now writes, on the waiting
 //! node's Node, which slot it keeps for it; the node watches that slot alone, by name, and
-//! takes it at its release.
+//! takes it at its release. A node whose announcement was lost announces again: without it,
+//! the coordinator never saw it wait and it waited for good.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -71,15 +72,26 @@ async fn a_waiting_node_is_pointed_at_its_reserved_slot_and_watches_that_slot_al
         .await
         .unwrap();
 
-    // the node's agent, each slot request it makes recorded
+    // the node's agent, each slot request it makes recorded, and its first word to its Node
+    // (the announcement of the install) lost, as a loaded API server's timeout loses it: the
+    // coordinator reserves only for a node whose Node says it waits
     let seen = Arc::new(Mutex::new(Vec::<String>::new()));
     let record = seen.clone();
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let node_path = format!("/api/v1/nodes/{}", rig.name);
     let client = rig
-        .observed_client(move |req: http::Request<kube::client::Body>| {
-            let uri = req.uri();
+        .observed_client(move |mut req: http::Request<kube::client::Body>| {
+            let uri = req.uri().clone();
             if uri.path().ends_with("/shimleases") {
                 let line = format!("{}?{}", uri.path(), uri.query().unwrap_or(""));
                 record.lock().unwrap().push(line);
+            }
+            if req.method() == http::Method::PATCH
+                && uri.path() == node_path
+                && !lost.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                let elsewhere = format!("{node_path}-lost?{}", uri.query().unwrap_or(""));
+                *req.uri_mut() = elsewhere.parse().unwrap();
             }
             req
         })
