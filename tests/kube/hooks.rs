@@ -401,10 +401,15 @@ async fn unknown_versions_are_refused_and_malformed_answers_are_errors_under_the
         (1, "unknown field"),
         (2, "retryAfterSeconds -5"),
     ] {
-        let notes = events(env, &node(run, i), "BeforeNodeRestartFailure", since).await;
-        assert!(
-            notes.iter().any(|m| m.contains(what)),
-            "node {i}: {notes:?}"
-        );
+        // the Events of a round go at its end, after the Node's state the status counts
+        eventually(
+            15,
+            &format!("node {i}: an Event naming the {what}"),
+            || async {
+                let notes = events(env, &node(run, i), "BeforeNodeRestartFailure", since).await;
+                notes.iter().any(|m| m.contains(what)).then_some(())
+            },
+        )
+        .await;
     }
 }

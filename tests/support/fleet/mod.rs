@@ -346,7 +346,14 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
                     })
                 })
                 .unwrap_or(true);
-            let done = expected > 0 && installed >= expected && !stale;
+            // the nodes an extension refuses count too, once they failed: a run that stopped at
+            // the last install stopped some of them before they tried (the tests read their
+            // Events afterwards)
+            let failed = last_status
+                .as_ref()
+                .and_then(|s| s.nodes.as_ref())
+                .map_or(0, |n| n.failed.max(0) as usize);
+            let done = expected > 0 && installed >= expected && failed >= cfg.refused && !stale;
             let halt_done = halted && restarting == 0 && !cfg.failover_on_halt;
             let resume_done = resumed && !halted;
             if done || halt_done || resume_done || Instant::now() > deadline {
