@@ -23,6 +23,10 @@ pub enum TxnReason {
     HandlerInUse,
     /// No rollout slot could be had; nothing on the host changed.
     NoSlot,
+    /// One Shim's change could not be prepared (its artifact fetched and verified, its binary
+    /// found, its option paths resolved, its config change planned); nothing on the host
+    /// changed. The error's [`reason`](TxnError::reason) is its step's own.
+    Unprepared,
 }
 
 impl TxnReason {
@@ -34,6 +38,7 @@ impl TxnReason {
             TxnReason::Broken => "Broken",
             TxnReason::HandlerInUse => "HandlerInUse",
             TxnReason::NoSlot => "NoSlot",
+            TxnReason::Unprepared => "Unprepared",
         }
     }
 }
@@ -83,9 +88,22 @@ impl TxnError {
         self
     }
 
-    /// The stable reason.
+    /// `shim`'s own change failed before the host changed ([`TxnReason::Unprepared`]): it
+    /// alone is blamed, and the reason and the message stay those of `e` (`DigestMismatch`,
+    /// `NoShimBinary`, ... and its whole chain as text), as they were before it was typed.
+    pub fn unprepared(shim: &str, e: anyhow::Error) -> Self {
+        TxnError::new(TxnReason::Unprepared, format!("{e:#}"))
+            .caused_by(typed_reason(&e))
+            .blaming(shim)
+    }
+
+    /// The stable reason: the kind's, or for an [`Unprepared`](TxnReason::Unprepared) change
+    /// its step's own (what the Shim's condition says).
     pub fn reason(&self) -> &'static str {
-        self.reason.as_str()
+        match (self.reason, self.cause) {
+            (TxnReason::Unprepared, cause) => cause.unwrap_or(UNTYPED),
+            (reason, _) => reason.as_str(),
+        }
     }
 }
 
@@ -171,19 +189,26 @@ impl GateError {
 /// transaction's, an artifact's or a containerd config's), else `TransactionFailed`. Callers
 /// branch on it and label metrics, conditions and Events with it; nobody parses the text.
 pub fn reason_of(e: &anyhow::Error) -> &'static str {
-    for cause in e.chain() {
+    typed_reason(e).unwrap_or(UNTYPED)
+}
+
+/// The reason of the first typed error in `e`'s chain, if it has one.
+fn typed_reason(e: &anyhow::Error) -> Option<&'static str> {
+    e.chain().find_map(|cause| {
         if let Some(t) = cause.downcast_ref::<TxnError>() {
-            return t.reason();
+            return Some(t.reason());
         }
         if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
-            return a.reason();
+            return Some(a.reason());
         }
-        if let Some(c) = cause.downcast_ref::<crate::containerd::ConfigError>() {
-            return c.reason();
-        }
-    }
-    "TransactionFailed"
+        cause
+            .downcast_ref::<crate::containerd::ConfigError>()
+            .map(|c| c.reason())
+    })
 }
+
+/// The reason of a failed change with no typed error in its chain.
+const UNTYPED: &str = "TransactionFailed";
 
 /// Whether a failed change only waits: it never began because no rollout slot could be had
 /// while the API server was away or overloaded. The node tries again soon, without calling it
@@ -215,4 +240,32 @@ pub fn blamed_by(e: &anyhow::Error) -> Vec<String> {
         .filter_map(|c| c.downcast_ref::<TxnError>())
         .flat_map(|t| t.blamed.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact::ArtifactError;
+
+    #[test]
+    fn an_unprepared_change_blames_its_shim_and_keeps_its_steps_reason_and_message() {
+        let typed = anyhow::Error::new(ArtifactError::MissingDigest {
+            location: "file:///a.tgz".into(),
+        })
+        .context("Shim \"a\"");
+        let message = format!("{typed:#}");
+        let e = TxnError::unprepared("a", typed);
+        assert_eq!(
+            (e.reason(), e.cause),
+            ("MissingDigest", Some("MissingDigest"))
+        );
+        assert_eq!(
+            (e.blamed, e.phase, e.message),
+            (vec!["a".into()], None, message)
+        );
+
+        let untyped = TxnError::unprepared("b", anyhow::anyhow!("disk full"));
+        assert_eq!(untyped.reason(), "TransactionFailed");
+        assert_eq!(reason_of(&untyped.into()), "TransactionFailed");
+    }
 }

@@ -1,10 +1,13 @@
 //! Before a transaction touches the host: every artifact fetched and verified, every config
-//! change planned; and the files written once it may.
+//! change planned; and the files written once it may. A Shim's own failure before the host
+//! changes is a [`TxnError`] that blames that Shim alone, so the rest of its batch goes on
+//! together without it.
 
 use anyhow::Context;
 
 use super::batch;
 use super::engine::{Node, Prepared, failpoint};
+use super::error::TxnError;
 use super::files::Undo;
 use super::ports::{HealthCheck, Restarter};
 use super::record::{now_secs, runtime_spec};
@@ -31,15 +34,18 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let mut out = Vec::new();
         for (shim, origin) in installs {
             let spec = fetch_spec(shim, &self.settings.fetch)?;
+            let blame = |e: anyhow::Error| TxnError::unprepared(shim.name(), e);
             let fetched = fetcher
                 .fetch(&spec, &artifacts)
                 .await
-                .with_context(|| format!("Shim {:?}", shim.name()))?;
+                .with_context(|| format!("Shim {:?}", shim.name()))
+                .map_err(blame)?;
             if fetched.fetched {
                 undo.created_dir(fetched.dir.clone());
             }
             let wanted = shim.spec.runtime.as_ref().and_then(|r| r.binary.as_deref());
-            let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)?;
+            let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)
+                .map_err(|e| blame(e.into()))?;
             let tree = artifact::version_dir(shim.name(), &fetched.digest);
             let host_s = tree
                 .join(artifact::relative_in(&fetched.dir, &bin))
@@ -50,7 +56,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 Some(paths) => {
                     let options = runtime.and_then(|r| r.options.as_ref());
                     artifact::resolve_option_paths(&fetched.dir, &tree, paths, options)
-                        .with_context(|| format!("Shim {:?}", shim.name()))?
+                        .with_context(|| format!("Shim {:?}", shim.name()))
+                        .map_err(blame)?
                 }
                 None => Default::default(),
             };
@@ -86,7 +93,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     ) -> anyhow::Result<Plan> {
         let mut steps: Vec<Plan> = Vec::new();
         for r in removes {
-            let p = current.plan_remove(&r.handler)?;
+            let p = current
+                .plan_remove(&r.handler)
+                .map_err(|e| TxnError::unprepared(&r.name, e.into()))?;
             current.update(&p);
             steps.push(p);
         }
@@ -95,7 +104,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 replace: p.previous.is_some(),
                 dropin: self.dropin_policy(),
             };
-            let plan = current.plan_add(&p.runtime, &opts)?;
+            let plan = current
+                .plan_add(&p.runtime, &opts)
+                .map_err(|e| TxnError::unprepared(&p.record.name, e.into()))?;
             current.update(&plan);
             steps.push(plan);
         }

@@ -42,5 +42,6 @@ mod node_cri_info;
 mod offline_install;
 mod runtime_class;
 mod shape;
+mod txn_blame;
 mod txn_gate;
 mod untrusted_text;
