@@ -106,3 +106,98 @@ pub fn real_work(changes: &[Change], state: &NodeState, facts: &HostFacts) -> Ve
         .map(|c| change_name(c).to_string())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{InstalledShim, ShimState};
+
+    /// Shim `name` whose artifact digest is `digit` 64 times (another digit: another spec).
+    fn shim(name: &str, digit: char) -> Box<Shim> {
+        let y = format!(
+            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: \"{}\"}}}}\n  runtimeClass: {{name: {name}}}\n",
+            digit.to_string().repeat(64)
+        );
+        let mut shims = crate::api::load::parse_shims(&y, "t.yaml").expect("a valid Shim");
+        Box::new(shims.remove(0))
+    }
+
+    /// The record of `shim` installed.
+    fn record(shim: &Shim) -> InstalledShim {
+        InstalledShim {
+            name: shim.name().to_string(),
+            handler: shim.handler().to_string(),
+            runtime_type: "io.containerd.x.v2".into(),
+            artifact_sha256: "1".repeat(64),
+            source: "file:///x".into(),
+            binary: format!("/opt/shim-agent/shims/{}/bin", shim.name()),
+            spec_hash: shim.spec_hash(),
+            config_files: vec![],
+            state: ShimState::Installed,
+            origin: Origin::Cluster,
+            runtime_class: None,
+            installed_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_change_is_classified_by_its_record_its_spec_its_binary_and_its_handler() {
+        let (v1, v2) = (shim("s", '1'), shim("s", '2'));
+        let rec = record(&v1);
+        let in_place = HostFacts {
+            handlers: BTreeSet::from([rec.handler.clone()]),
+            binaries: BTreeSet::from([rec.binary.clone()]),
+        };
+        let mut state = NodeState::default();
+        let install = Change::Install(v1.clone());
+        let uninstall = Change::Uninstall("s".into());
+        assert_eq!(classify(&install, &state, &in_place), Work::Install);
+        assert_eq!(classify(&uninstall, &state, &in_place), Work::Absent);
+
+        state.shims.insert("s".into(), rec.clone());
+        assert_eq!(classify(&install, &state, &in_place), Work::Unchanged);
+        let as_static = Change::InstallAs(v1.clone(), Origin::Static);
+        assert_eq!(classify(&as_static, &state, &in_place), Work::Unchanged);
+        let upgrade = Change::Install(v2);
+        assert_eq!(classify(&upgrade, &state, &in_place), Work::Upgrade);
+        assert_eq!(
+            classify(&upgrade, &state, &HostFacts::default()),
+            Work::Upgrade,
+            "another spec is an upgrade, drifted or not"
+        );
+        let no_binary = HostFacts {
+            binaries: BTreeSet::new(),
+            ..in_place.clone()
+        };
+        assert_eq!(classify(&install, &state, &no_binary), Work::Repair);
+        let no_handler = HostFacts {
+            handlers: BTreeSet::from(["runc".to_string()]),
+            ..in_place.clone()
+        };
+        assert_eq!(classify(&install, &state, &no_handler), Work::Repair);
+        assert_eq!(classify(&uninstall, &state, &in_place), Work::Uninstall);
+    }
+
+    #[test]
+    fn only_installs_upgrades_repairs_and_uninstalls_are_real_work() {
+        let real = [Work::Install, Work::Upgrade, Work::Repair, Work::Uninstall];
+        assert!(real.into_iter().all(Work::is_real));
+        assert!(!Work::Unchanged.is_real() && !Work::Absent.is_real());
+
+        let (s, t) = (shim("s", '1'), shim("t", '1'));
+        let rec = record(&s);
+        let in_place = HostFacts {
+            handlers: BTreeSet::from([rec.handler.clone()]),
+            binaries: BTreeSet::from([rec.binary.clone()]),
+        };
+        let mut state = NodeState::default();
+        state.shims.insert("s".into(), rec);
+        let changes = [
+            Change::Install(s),
+            Change::Uninstall("gone".into()),
+            Change::Install(t),
+            Change::Uninstall("s".into()),
+        ];
+        assert_eq!(real_work(&changes, &state, &in_place), ["t", "s"]);
+    }
+}
