@@ -67,8 +67,6 @@ async fn settle(rx: &mut mpsc::Receiver<()>) {
     }
 }
 
-/// Pause before a Shim whose reconcile failed (an API error) is looked at again.
-pub const RETRY_SECS: u64 = 5;
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
 use crate::hooks::rollout::{Hold, RolloutHooks};
@@ -215,7 +213,8 @@ impl Caches {
 
 impl Coordinator {
     /// Reconcile every Shim; the earliest time one asked to be looked at again (a failed
-    /// step retries after [`RETRY_SECS`]).
+    /// step retries after a pause that depends on the API's answer:
+    /// [`retry_delay`](error::retry_delay)).
     async fn reconcile_all(&mut self, caches: &Caches) -> Option<Instant> {
         self.release_startup_taints(&caches.nodes).await;
         let views = node_views(&caches.nodes);
@@ -284,7 +283,7 @@ impl Coordinator {
                 Ok(due) => due,
                 Err(e) => {
                     e.record(&format!("Shim {}", shim.name_any()));
-                    Some(Instant::now() + Duration::from_secs(RETRY_SECS))
+                    Some(Instant::now() + e.retry_after())
                 }
             };
             next = match (next, due) {
