@@ -141,6 +141,10 @@ async fn a_waiting_node_is_pointed_at_its_reserved_slot_and_watches_that_slot_al
             .all(|w| w.contains(&by_name) && !w.contains("labelSelector")),
         "the node watched other slots than its own, or by label: {watches:#?}"
     );
+    // named after the node listed: watched from its state now, not from the list's version
+    // (which replays every hand-off the slot saw meanwhile)
+    let from_now = |w: &&String| w.split(['?', '&']).any(|p| p == "resourceVersion=0");
+    assert!(watches.iter().all(from_now), "{watches:#?}");
     rig.force_delete(SHIM).await;
     for r in [holder, idle] {
         let _ = Api::<k8s_openapi::api::core::v1::Node>::all(rig.admin.clone())
