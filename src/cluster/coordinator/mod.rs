@@ -39,6 +39,7 @@ pub mod election;
 mod error;
 mod hints;
 pub mod plan;
+pub mod slot_plan;
 pub mod slot_writes;
 pub mod status;
 mod written;

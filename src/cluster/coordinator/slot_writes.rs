@@ -15,6 +15,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
 use super::CoordinatorError;
+use super::slot_plan::{SlotAction, plan_slots, plan_stamps};
 use super::status::{NodeView, with_rollout};
 use super::written::Written;
 use crate::api::lease::ShimLease;
@@ -26,8 +27,7 @@ use crate::cluster::reservations::{
     Reservations, Waiter, few_rivals, plan_reservations, slots_have_few_rivals,
 };
 use crate::cluster::slots::{
-    Limits, Slot, SlotAction, halted, limits, owned_by_node, plan_slots, plan_stamps, resume_token,
-    slot_index, slot_name, slot_of,
+    Limits, Slot, halted, limits, owned_by_node, resume_token, slot_index, slot_name, slot_of,
 };
 use crate::cluster::target::targets;
 

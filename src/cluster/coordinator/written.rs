@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::cluster::slots::{Slot, SlotAction};
+use super::slot_plan::SlotAction;
+use crate::cluster::slots::Slot;
 
 /// How long a write holds back the next one against the same version at most.
 pub const WRITTEN_FOR: Duration = Duration::from_secs(30);

@@ -1,0 +1,207 @@
+use super::*;
+use crate::cluster::slots::halted;
+use crate::cluster::slots::tests::{failed, slot};
+
+fn lim(n: u32) -> Limits {
+    Limits {
+        slots: Some(n),
+        max_failures: 0,
+    }
+}
+
+/// Apply `actions` to `slots` as the API server would (ignoring resourceVersions).
+fn apply(slots: &mut Vec<Slot>, actions: &[SlotAction]) {
+    for a in actions {
+        match a {
+            SlotAction::Create { index, closed } => {
+                let mut s = slot(*index, None);
+                s.closed = *closed;
+                slots.push(s);
+            }
+            SlotAction::Delete { index, .. } => slots.retain(|s| s.index != *index),
+            SlotAction::Mark { index, closed, .. } => {
+                if let Some(s) = slots.iter_mut().find(|s| s.index == *index) {
+                    s.closed = *closed;
+                }
+            }
+            SlotAction::Stamp { .. } => {}
+            SlotAction::Reserve { index, node, .. } => {
+                if let Some(s) = slots.iter_mut().find(|s| s.index == *index) {
+                    s.reserved = node.clone();
+                }
+            }
+            SlotAction::Free { index, .. } => {
+                if let Some(s) = slots.iter_mut().find(|s| s.index == *index) {
+                    s.holder = None;
+                    s.failed = None;
+                }
+            }
+        }
+    }
+}
+
+/// held + free open slots: the most nodes that can hold a slot at once from here on.
+fn capacity(slots: &[Slot]) -> usize {
+    slots.iter().filter(|s| !s.is_free() || s.is_open()).count()
+}
+
+#[test]
+fn the_coordinator_creates_n_open_slots_then_keeps_them() {
+    let mut slots = vec![];
+    let a = plan_slots(lim(3), false, &slots, |_| false);
+    assert_eq!(a.len(), 3);
+    apply(&mut slots, &a);
+    assert!(slots.iter().all(Slot::is_open));
+    assert!(
+        plan_slots(lim(3), false, &slots, |_| false).is_empty(),
+        "steady"
+    );
+}
+
+#[test]
+fn shrinking_never_leaves_room_for_more_than_the_new_bound() {
+    // five nodes hold the five slots of N = 5; N becomes 2
+    let mut slots: Vec<Slot> = (0..5).map(|i| slot(i, Some(&format!("n{i}")))).collect();
+    let a = plan_slots(lim(2), false, &slots, |_| false);
+    apply(&mut slots, &a);
+    let retired: Vec<u32> = slots
+        .iter()
+        .filter(|s| s.closed.as_deref() == Some("retired"))
+        .map(|s| s.index)
+        .collect();
+    assert_eq!(retired, [2, 3, 4]);
+    assert!(
+        slots[..2]
+            .iter()
+            .all(|s| s.closed.as_deref() == Some("budget")),
+        "held slots below the bound close too while 5 > 2 hold: {slots:?}"
+    );
+    // holders finish one by one; no free slot may open until fewer than 2 are held
+    for done in 0..5u32 {
+        slots.iter_mut().find(|s| s.index == done).unwrap().holder = None;
+        let a = plan_slots(lim(2), false, &slots, |_| false);
+        apply(&mut slots, &a);
+        let held = slots.iter().filter(|s| !s.is_free()).count();
+        let free_open = slots.iter().filter(|s| s.is_free() && s.is_open()).count();
+        assert!(
+            free_open <= 2usize.saturating_sub(held),
+            "after {done}: {slots:?}"
+        );
+        assert!(
+            slots.iter().all(|s| s.index < 2 || !s.is_free()),
+            "free retired slots are deleted"
+        );
+    }
+    assert_eq!(slots.len(), 2);
+    assert_eq!(capacity(&slots), 2);
+}
+
+#[test]
+fn growing_opens_new_slots_at_once() {
+    let mut slots: Vec<Slot> = (0..2).map(|i| slot(i, Some("x"))).collect();
+    let a = plan_slots(lim(4), false, &slots, |_| false);
+    apply(&mut slots, &a);
+    assert_eq!(slots.len(), 4);
+    assert_eq!(capacity(&slots), 4);
+}
+
+#[test]
+fn a_halt_closes_every_free_slot_and_nodes_mid_update_keep_theirs() {
+    let mut slots = vec![
+        failed(slot(0, Some("bad")), 3),
+        slot(1, Some("busy")),
+        slot(2, None),
+    ];
+    let l = lim(3);
+    assert!(halted(&slots, l, 3, ""));
+    let a = plan_slots(l, true, &slots, |_| false);
+    apply(&mut slots, &a);
+    assert_eq!(slots[2].closed.as_deref(), Some("halted"));
+    assert_eq!(
+        slots[1].holder.as_deref(),
+        Some("busy"),
+        "mid-update finishes"
+    );
+    assert_eq!(capacity(&slots), 2, "no new taker");
+    // busy finishes: its slot is free now and gets closed too
+    slots[1].holder = None;
+    let a = plan_slots(l, true, &slots, |_| false);
+    apply(&mut slots, &a);
+    assert_eq!(capacity(&slots), 1, "only the failed node's slot");
+}
+
+#[test]
+fn deleted_nodes_slots_are_freed_and_live_ones_never() {
+    let slots = vec![slot(0, Some("gone")), failed(slot(1, Some("alive")), 3)];
+    let a = plan_slots(lim(2), false, &slots, |s| {
+        s.holder.as_deref() == Some("gone")
+    });
+    assert_eq!(
+        a,
+        [SlotAction::Free {
+            index: 0,
+            resource_version: "rv0".into()
+        }]
+    );
+    let a = plan_slots(lim(2), false, &slots, |_| false);
+    assert!(a.iter().all(|x| !matches!(x, SlotAction::Free { .. })));
+}
+
+#[test]
+fn recreate_means_no_slots() {
+    let slots = vec![slot(0, None), slot(1, Some("n"))];
+    let l = Limits {
+        slots: None,
+        max_failures: 0,
+    };
+    let a = plan_slots(l, false, &slots, |_| false);
+    assert!(a.contains(&SlotAction::Delete {
+        index: 0,
+        resource_version: "rv0".into()
+    }));
+    assert!(a.contains(&SlotAction::Mark {
+        index: 1,
+        closed: Some("retired".into()),
+        resource_version: "rv1".into()
+    }));
+}
+
+#[test]
+fn the_coordinator_stamps_n_on_the_kept_slots_it_does_not_write_anyway() {
+    let lim = |n| Limits {
+        slots: Some(n),
+        max_failures: 0,
+    };
+    let mut stamped = slot(0, Some("a"));
+    stamped.count = Some(3);
+    let slots = vec![stamped, slot(1, None), slot(2, Some("b")), slot(3, None)];
+    let planned = plan_slots(lim(3), false, &slots, |_| false);
+    let stamps = plan_stamps(lim(3), &slots, &planned, |_, _| false);
+    let idx: Vec<u32> = stamps
+        .iter()
+        .map(|a| match a {
+            SlotAction::Stamp { index, .. } => *index,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // slot 0 shows N already; slot 3 is above N (deleted by the plan)
+    assert_eq!(idx, vec![1, 2]);
+    // N went from 3 to 2: slot 0 shows the old N and gets the new one
+    let stamps = plan_stamps(
+        lim(2),
+        &slots,
+        &plan_slots(lim(2), false, &slots, |_| false),
+        |_, _| false,
+    );
+    assert!(
+        stamps
+            .iter()
+            .any(|a| matches!(a, SlotAction::Stamp { index: 0, .. }))
+    );
+    // recreate: no slots kept, nothing stamped
+    let none = Limits {
+        slots: None,
+        max_failures: 0,
+    };
+    assert!(plan_stamps(none, &slots, &[], |_, _| true).is_empty());
+}
