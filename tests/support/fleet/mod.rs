@@ -207,6 +207,24 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         nodes.list(&lp).await.ok()?.items.is_empty().then_some(())
     })
     .await;
+    // and its slots: the garbage collector takes them once it sees their owners gone, but a
+    // run that starts first finds their names taken (the old Shim's, not the new one's), and
+    // its nodes waited a minute for slots the coordinator could not make yet
+    let slots: Api<ShimLease> = Api::namespaced(admin.clone(), NAMESPACE);
+    let of_run = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={}", cfg.run));
+    let _ = slots
+        .delete_collection(&DeleteParams::default(), &of_run)
+        .await;
+    eventually(60, "old fleet slots gone", || async {
+        slots
+            .list(&of_run)
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     futures_util::stream::iter(names.iter().cloned())
         .for_each_concurrent(32, |n| {
             let nodes = nodes.clone();
