@@ -103,3 +103,82 @@ async fn a_shim_created_again_gets_new_slots_though_a_node_held_the_old_ones() {
     let _ = coordinator.await;
     rig.force_delete(SHIM).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_whose_name_was_taken_is_made_once_the_name_is_free_with_nothing_else_changing() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("slot-taken").await else {
+        return;
+    };
+    let (shim, other) = ("slot-taken", "slot-taken-other");
+    for s in [shim, other] {
+        rig.force_delete(s).await;
+    }
+    let api: Api<ShimLease> = Api::namespaced(rig.admin.clone(), NAMESPACE);
+    let _ = api.delete(&slot_name(shim, 0), &Default::default()).await;
+    // slot 0's name taken by a Lease of another Shim (a Shim of this name deleted a moment
+    // ago, whose Lease the garbage collector has not taken yet): the coordinator leaves it
+    let (ok, out) = rig
+        .env
+        .apply(&shim_yaml(&rig.w, other, "1", ("test", "none")));
+    assert!(ok, "{out}");
+    let owner = Api::<Shim>::all(rig.admin.clone())
+        .get(other)
+        .await
+        .unwrap();
+    let mut blocker = ShimLease::new(&slot_name(shim, 0), Default::default());
+    blocker.metadata.namespace = Some(NAMESPACE.into());
+    blocker.metadata.labels = Some(
+        [(
+            shim_agent::cluster::slots::SLOT_SHIM_LABEL.to_string(),
+            shim.to_string(),
+        )]
+        .into(),
+    );
+    blocker.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "containerd.x-k8s.io/v1alpha1".into(),
+            kind: "Shim".into(),
+            name: other.into(),
+            uid: owner.uid().unwrap(),
+            ..Default::default()
+        },
+    ]);
+    api.create(&Default::default(), &blocker).await.unwrap();
+    let (ok, out) = rig
+        .env
+        .apply(&shim_yaml(&rig.w, shim, "1", ("test", "slot-taken")));
+    assert!(ok, "{out}");
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = rig.spawn_coordinator(stop).await;
+    // the coordinator's first round wrote the slots (a create refused: the name is taken),
+    // then the finalizer
+    eventually(30, "the coordinator's first round", || async {
+        let s = rig.shim(shim).await?;
+        (!s.finalizers().is_empty()).then_some(())
+    })
+    .await;
+    // the name comes free, and nothing else changes: the slot is made once the refused
+    // create's hold ends (it was held for good)
+    api.delete(&slot_name(shim, 0), &Default::default())
+        .await
+        .unwrap();
+    let uid = rig.shim(shim).await.unwrap().uid();
+    eventually(
+        45,
+        "slot 0 made for the Shim once its name is free",
+        || async {
+            let l = api.get_opt(&slot_name(shim, 0)).await.ok()??;
+            l.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == uid.as_ref())
+                .then_some(())
+        },
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    let _ = coordinator.await;
+    for s in [shim, other] {
+        rig.force_delete(s).await;
+    }
+}

@@ -260,11 +260,13 @@ impl Coordinator {
             &mut self.hinted,
         )
         .await;
-        // a reservation that runs out is moved at that time
+        // a reservation that runs out is moved at that time, and a write held back is made
+        // again once its hold ends
         let mut next: Option<Instant> = self
             .reservations
             .values()
             .filter_map(Reservations::next_due)
+            .chain(self.written.values().filter_map(written::Written::next_due))
             .min();
         // then each Shim's finalizer, RuntimeClass and status, all Shims side by side
         let (this, views) = (&*self, &views);

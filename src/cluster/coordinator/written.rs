@@ -69,6 +69,14 @@ impl Written {
             .is_some_and(|(v, _)| v == version_of(action))
     }
 
+    /// When the first hold ends: the coordinator plans again then, whether or not anything
+    /// changed. A create refused because its name was taken (a Lease of an earlier Shim the
+    /// garbage collector took a moment later) was held back, and with nothing left to change
+    /// the slot was never made: a fleet waited for good.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.0.values().map(|(_, at)| *at + WRITTEN_FOR).min()
+    }
+
     /// `action` was written, or refused because the slot moved: its slot is not written
     /// again at this version.
     pub fn note(&mut self, action: &SlotAction, now: Instant) {
@@ -143,5 +151,28 @@ mod tests {
         assert!(w.already(&a));
         w.observe(&[slot(0, "7")], now + WRITTEN_FOR);
         assert!(!w.already(&a));
+    }
+
+    #[test]
+    fn the_coordinator_is_due_again_when_the_first_hold_ends() {
+        let now = Instant::now();
+        let mut w = Written::default();
+        assert_eq!(w.next_due(), None, "nothing held back: no wake-up");
+        // a create refused (its name taken), then a reservation a second later
+        w.note(
+            &SlotAction::Create {
+                index: 0,
+                closed: None,
+            },
+            now,
+        );
+        w.note(&reserve(1, "7"), now + Duration::from_secs(1));
+        assert_eq!(w.next_due(), Some(now + WRITTEN_FOR));
+        // once it ran out and is forgotten, the next one
+        w.observe(&[slot(1, "7")], now + WRITTEN_FOR);
+        assert_eq!(
+            w.next_due(),
+            Some(now + Duration::from_secs(1) + WRITTEN_FOR)
+        );
     }
 }
