@@ -260,6 +260,8 @@ fn main() {
                 "target/fleet-timeline-{agents}-{}.csv",
                 mu.replace('%', "pct")
             );
+            // the working directory's target/, made if missing (a fresh checkout has none)
+            std::fs::create_dir_all("target").unwrap();
             std::fs::write(&path, csv).unwrap();
             eprintln!("timeline: {path}");
         }
