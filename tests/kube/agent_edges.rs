@@ -126,7 +126,7 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
         return;
     };
     let shim = "ke-rollback-spin";
-    rig.force_delete(shim).await;
+    rig.fresh(shim).await;
     let mut f = fake(&rig.w);
     f.fail_restarts = vec![1]; // the first restart fails; the rollback's restart works
     let original = support::live::config(&rig.w);

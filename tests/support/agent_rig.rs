@@ -194,6 +194,27 @@ impl Rig {
         })
         .await;
     }
+
+    /// [`Rig::force_delete`], and the Shim's slot Leases of an earlier run gone too: a run
+    /// that starts before the garbage collector took them finds the slot names taken by the
+    /// old Shim's Leases, which the coordinator leaves alone, and its node waited 30 s and
+    /// more for a slot (a CI run's second kube pass, on the first pass's leftovers).
+    pub async fn fresh(&self, shim: &str) {
+        self.force_delete(shim).await;
+        let slots = Api::<shim_agent::api::lease::ShimLease>::namespaced(
+            self.admin.clone(),
+            shim_agent::cluster::NAMESPACE,
+        );
+        let of = kube::api::ListParams::default().labels(&format!(
+            "{}={shim}",
+            shim_agent::cluster::slots::SLOT_SHIM_LABEL
+        ));
+        let _ = slots.delete_collection(&DeleteParams::default(), &of).await;
+        eventually(30, "the old Shim's slots gone", || async {
+            slots.list(&of).await.ok()?.items.is_empty().then_some(())
+        })
+        .await;
+    }
 }
 
 pub fn cluster_node<'a>(
