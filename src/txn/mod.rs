@@ -34,4 +34,6 @@ pub use classify::{
 };
 pub use engine::{Node, Report};
 pub use error::{TxnError, TxnReason};
-pub use ports::{DeferredVerification, Gate, HealthCheck, NoRestart, Restarter, Ungated};
+pub use ports::{
+    DeferredVerification, Gate, HealthCheck, NoRestart, ReleaseLater, Restarter, Ungated,
+};

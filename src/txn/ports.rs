@@ -105,3 +105,44 @@ impl Gate for Ungated {
     async fn release(&self) {}
     async fn failed(&self, _reason: &str) {}
 }
+
+/// A gate whose release, once the transaction committed, waits for [`ReleaseLater::finish`]:
+/// the agent gives its slots back beside the Node's label patch instead of before it, one
+/// round trip less between a commit and the label the scheduler waits for. A failure is
+/// marked at once, as before.
+#[derive(Debug)]
+pub struct ReleaseLater<G> {
+    inner: G,
+    due: std::sync::atomic::AtomicBool,
+}
+
+impl<G: Gate> ReleaseLater<G> {
+    pub fn new(inner: G) -> Self {
+        Self {
+            inner,
+            due: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Give the slots back if the transaction committed (once; a no-op otherwise).
+    pub async fn finish(&self) {
+        if self.due.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.inner.release().await;
+        }
+    }
+}
+
+impl<G: Gate> Gate for ReleaseLater<G> {
+    async fn acquire(&self, shims: &[String]) -> Result<(), GateError> {
+        self.inner.acquire(shims).await
+    }
+    async fn renew(&self) -> Result<(), GateError> {
+        self.inner.renew().await
+    }
+    async fn release(&self) {
+        self.due.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    async fn failed(&self, reason: &str) {
+        self.inner.failed(reason).await;
+    }
+}

@@ -2,8 +2,8 @@
 //! (which changes, held back by failures and crashes, one at a time after an unnamed batch
 //! failure), take the labels off before an uninstall, build the gate (rollout slots with the
 //! node hooks around them), transact (one transaction for every change, the Node told what
-//! is under way beside it), and report (the failure memory, the Node's labels and state,
-//! then the round's Events).
+//! is under way beside it), and report (the failure memory, the Node's labels and state
+//! with the slots given back beside them, then the round's Events).
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::{Resource, ResourceExt};
@@ -17,7 +17,7 @@ use crate::cluster::nodestate;
 use crate::cluster::target::{self, Inputs, NodePlan, PodUse};
 use crate::state::{NodeState, StateStore};
 use crate::statics::read_static_shims;
-use crate::txn::{Change, HealthCheck, Restarter};
+use crate::txn::{Change, Gate, HealthCheck, ReleaseLater, Restarter};
 
 /// What a round plans from: the Shims (the cluster's, the node's static ones), the pods and
 /// the Shims held back.
@@ -76,8 +76,10 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
         self.begin_work(store, state, &work, &read.cluster);
         let before = state.clone();
+        let me = self.node_name.clone();
+        let gate = ReleaseLater::new(self.gate(&me, &view, &plan, state, caches, &current));
         let result = self
-            .transact(store, state, &view, &plan, &work, caches, &mut current)
+            .transact(store, state, &view, &plan, &work, &gate, &mut current)
             .await;
         match result {
             Ok(report) => self.succeeded(&report, &before, &read.cluster, &current),
@@ -85,7 +87,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         }
         self.adopt_into_cluster(store, state, &read.cluster, &read.statics, &labels);
         self.report_blocked_and_conflicts(&plan, &read.cluster, &current);
-        self.sync_node(current, &view, state, &plan).await;
+        // the slots go back beside the label patch, not before it: one round trip less on
+        // the way to the label (a committed change holds its slots a moment longer)
+        tokio::join!(self.sync_node(current, &view, state, &plan), gate.finish());
         self.end_work(store, state, &work);
         self.publish_events().await;
     }
@@ -165,7 +169,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         view: &RoundView<'_>,
         plan: &NodePlan,
         work: &[String],
-        caches: &Caches,
+        gate: &impl Gate,
         current: &mut KubeNode,
     ) -> anyhow::Result<crate::txn::Report> {
         let announce = if work.is_empty() {
@@ -173,10 +177,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         } else {
             self.node_sync_patch(current, view, state, plan)
         };
-        let gate = self.gate(view, plan, state, caches, current);
         let tx = self
             .node
-            .apply_gated(store, state, plan.changes.clone(), false, &gate);
+            .apply_gated(store, state, plan.changes.clone(), false, gate);
         let mut tx = std::pin::pin!(tx);
         let Some(p) = announce else {
             return tx.await;
@@ -217,7 +220,8 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     /// Shims (never of its static ones), with the node hooks around them; both end their
     /// waits when the agent stops, and the wait for a first slot ends when the Shims change.
     fn gate<'g>(
-        &'g self,
+        &self,
+        me: &'g str,
         view: &RoundView<'g>,
         plan: &NodePlan,
         state: &NodeState,
@@ -226,7 +230,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     ) -> crate::hooks::NodeHooks<'g, SlotGate<'g>> {
         let slots = SlotGate::new(
             self.client.clone(),
-            &self.node_name,
+            me,
             &current.uid().unwrap_or_default(),
             view.cluster,
             self.gate_timings,
@@ -249,7 +253,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let gate = crate::hooks::NodeHooks::new(
             slots,
             caches.hooks.clone(),
-            &self.node_name,
+            me,
             view.cluster,
             changes,
             self.gate_timings.max_deferral,
