@@ -5,7 +5,8 @@
 //! Deadlock freedom is that of ordered acquisition: the node keeps only the longest prefix
 //! (in name order) of what it got and gives the rest back before it waits for anything, so a
 //! node never waits while it holds a slot of a Shim after the one it waits for. A slot taken
-//! out of order is held for one round trip and never waited on.
+//! out of order is held for a round trip or two (a second look at the gaps, on a new list)
+//! and never waited on.
 //!
 //! The first Shim's slot is claimed alone, before the others: a node that does not get it
 //! would keep none of them, so it writes nothing more. Two nodes that start one batch at the
@@ -70,9 +71,12 @@ impl<'a> SlotGate<'a> {
             return Ok(Vec::new());
         };
         let tries = tail.iter().map(|shim| self.try_one(shim, &list.items));
-        let got: Vec<Option<ShimLease>> = std::iter::once(Some(first))
+        let mut got: Vec<Option<ShimLease>> = std::iter::once(Some(first))
             .chain(join_all(tries).await)
             .collect();
+        if gap_before_taken(&got) {
+            self.second_look(needs, &mut got, &lp).await;
+        }
         let prefix = got.iter().take_while(|g| g.is_some()).count();
         let (kept, rest) = got.split_at(prefix);
         let back = rest
@@ -85,6 +89,27 @@ impl<'a> SlotGate<'a> {
             }
         }
         Ok(kept.iter().flatten().cloned().collect())
+    }
+
+    /// The list came from the API server's watch cache, which can be a moment behind: a
+    /// holder that releases a batch's slots all at once has some of them still shown held.
+    /// Before the slots after such a gap go back (and are taken again once the wait for the
+    /// gap ends: two writes each), the gaps are tried once more on a new list. The slots
+    /// after the gap are held one round trip longer, never over a wait.
+    async fn second_look(
+        &self,
+        needs: &[&'a Shim],
+        got: &mut [Option<ShimLease>],
+        lp: &kube::api::ListParams,
+    ) {
+        let Ok(list) = self.api.list(lp).await else {
+            return;
+        };
+        let missing: Vec<usize> = (0..got.len()).filter(|&i| got[i].is_none()).collect();
+        let tries = missing.iter().map(|&i| self.try_one(needs[i], &list.items));
+        for (i, l) in missing.iter().zip(join_all(tries).await) {
+            got[*i] = l;
+        }
     }
 
     /// Take (or adopt) a free open slot of `shim` from `leases` at once; `None` when there is
@@ -125,5 +150,25 @@ impl<'a> SlotGate<'a> {
                 None
             }
         }
+    }
+}
+
+/// Whether a slot is missing before one that was taken: the taken ones after it would go back.
+pub(super) fn gap_before_taken<T>(got: &[Option<T>]) -> bool {
+    let prefix = got.iter().take_while(|g| g.is_some()).count();
+    got[prefix..].iter().any(Option::is_some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gap_before_taken;
+
+    #[test]
+    fn only_a_gap_with_slots_taken_after_it_is_looked_at_again() {
+        assert!(!gap_before_taken::<u8>(&[]));
+        assert!(!gap_before_taken(&[Some(1), Some(2)]));
+        assert!(!gap_before_taken(&[Some(1), None, None]));
+        assert!(gap_before_taken(&[Some(1), None, Some(3)]));
+        assert!(gap_before_taken(&[None, Some(2)]));
     }
 }
