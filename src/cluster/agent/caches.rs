@@ -26,6 +26,8 @@ pub(super) struct Caches {
     pub(super) pods: Store<Pod>,
     /// Counts the changes of what a round plans from in the Shims ([`super::shim_cache`]).
     pub(super) specs: tokio_watch::Receiver<u64>,
+    /// Whether the Shim cache is taking in events it has ([`super::shim_cache::ShimCacheHandle`]).
+    pub(super) shims_reading: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Counts the events of this node's Node (the cache has each before the count moves).
     pub(super) node_changes: tokio_watch::Receiver<u64>,
     _tasks: Tasks,
@@ -35,7 +37,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     pub(super) fn start_watches(&self, nudge: &mpsc::Sender<()>) -> Caches {
         let c = &self.client;
         // metadata only, the spec read per generation: no status write floods the nodes
-        let (shims, specs, t1) = spawn_shim_cache(c.clone(), nudge.clone());
+        let shim_cache = spawn_shim_cache(c.clone(), nudge.clone());
         // every event of its Node nudges a round and is counted, so the slot gate sees the
         // reservation hints the coordinator writes there
         let (node_events, node_rx) = mpsc::channel(1);
@@ -61,13 +63,14 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             mpsc::channel(1).0,
         );
         Caches {
-            shims,
+            shims: shim_cache.store,
+            shims_reading: shim_cache.reading,
             hooks: std::sync::Arc::new(crate::hooks::Hooks::new(c.clone(), ext)),
             node,
             pods,
-            specs,
+            specs: shim_cache.specs,
             node_changes,
-            _tasks: Tasks(vec![t1, t2, t3, t4, t5]),
+            _tasks: Tasks(vec![shim_cache.task, t2, t3, t4, t5]),
         }
     }
 
@@ -200,16 +203,21 @@ pub(super) fn fingerprint(c: &Caches) -> u64 {
 }
 
 /// Wait until what a round depends on (`fingerprint`) stayed the same for
-/// [`ROUND_QUIET_MILLIS`] (at most [`ROUND_QUIET_MAX_MILLIS`] in all), draining `events`. Events
-/// that change nothing a round reads (status, finalizer, our own annotation) do not extend it.
-pub(super) async fn quiet(events: &mut mpsc::Receiver<()>, fingerprint: impl Fn() -> u64) {
+/// [`ROUND_QUIET_MILLIS`] with no more on its way (`busy`: the Shim cache reading what it was
+/// told), at most [`ROUND_QUIET_MAX_MILLIS`] in all, draining `events`. Events that change
+/// nothing a round reads (status, finalizer, our own annotation) do not extend it.
+pub(super) async fn quiet(
+    events: &mut mpsc::Receiver<()>,
+    fingerprint: impl Fn() -> u64,
+    busy: impl Fn() -> bool,
+) {
     let until = Instant::now() + Duration::from_millis(ROUND_QUIET_MAX_MILLIS);
     let mut seen = fingerprint();
     loop {
         tokio::time::sleep(Duration::from_millis(ROUND_QUIET_MILLIS)).await;
         while events.try_recv().is_ok() {}
         let now = fingerprint();
-        if now == seen || Instant::now() >= until {
+        if (now == seen && !busy()) || Instant::now() >= until {
             return;
         }
         seen = now;
@@ -230,5 +238,52 @@ pub(super) fn pod_use(p: &Pod) -> PodUse {
         name: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
         runtime_class: p.spec.as_ref().and_then(|s| s.runtime_class_name.clone()),
         finished: matches!(phase, Some("Succeeded" | "Failed")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// A round waits while the Shim cache reads what it was told, not just until the store
+    /// stood still for the quiet time.
+    #[tokio::test(start_paused = true)]
+    async fn the_quiet_time_waits_for_the_shim_cache_to_take_in_what_it_has() {
+        let (_tx, mut events) = mpsc::channel(1);
+        let t0 = Instant::now();
+        let reading_until = t0 + Duration::from_millis(120);
+        quiet(&mut events, || 7, || Instant::now() < reading_until).await;
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(120),
+            "the round started while the cache was reading: {waited:?}"
+        );
+        assert!(waited < Duration::from_millis(120 + ROUND_QUIET_MILLIS + 1));
+
+        // nothing on its way: one quiet time
+        let t0 = Instant::now();
+        quiet(&mut events, || 7, || false).await;
+        assert_eq!(t0.elapsed(), Duration::from_millis(ROUND_QUIET_MILLIS));
+
+        // a cache that never ends its read (an API server down) holds no round past the most
+        let t0 = Instant::now();
+        quiet(&mut events, || 7, || true).await;
+        assert_eq!(t0.elapsed(), Duration::from_millis(ROUND_QUIET_MAX_MILLIS));
+
+        // a store that keeps changing holds it as long, and no longer
+        let n = Cell::new(0u64);
+        let t0 = Instant::now();
+        quiet(
+            &mut events,
+            || {
+                n.set(n.get() + 1);
+                n.get()
+            },
+            || false,
+        )
+        .await;
+        assert_eq!(t0.elapsed(), Duration::from_millis(ROUND_QUIET_MAX_MILLIS));
     }
 }

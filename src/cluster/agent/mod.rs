@@ -162,7 +162,10 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                 .next_due((!state.retained.is_empty()).then_some(retain_due));
             tokio::select! {
                 _ = shutdown.changed() => return Ok(Exit::Shutdown),
-                Some(()) = nudge.recv() => quiet(&mut nudge, || fingerprint(&caches)).await,
+                Some(()) = nudge.recv() => {
+                    let reading = || caches.shims_reading.load(std::sync::atomic::Ordering::SeqCst);
+                    quiet(&mut nudge, || fingerprint(&caches), reading).await
+                }
                 Some(()) = files.recv() => {
                     tokio::time::sleep(Duration::from_millis(crate::statics::FILE_SETTLE_MILLIS)).await;
                     while files.try_recv().is_ok() {}

@@ -14,6 +14,8 @@
 //! generation it has not read.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -60,15 +62,28 @@ pub fn with_metadata(mut cached: Shim, meta: &PartialObjectMeta<Shim>) -> Shim {
     cached
 }
 
+/// The agent's Shim cache ([`spawn_shim_cache`]).
+pub struct ShimCacheHandle {
+    /// The Shims, whole: the metadata current, the spec of the generation last read.
+    pub store: Store<Shim>,
+    /// Goes up at each change of what a round plans from ([`spec_changed`]), so a node that
+    /// waits for a rollout slot knows when to plan again.
+    pub specs: watch::Receiver<u64>,
+    /// Set while the cache takes in events it has (reading the Shims they name): more
+    /// changes are on their way into the store, so a round waits (see
+    /// [`super::caches::quiet`]); a read slower than the quiet time started a round without
+    /// the Shim being read, and its change took a second transaction and restart.
+    pub reading: Arc<AtomicBool>,
+    pub task: JoinHandle<()>,
+}
+
 /// The Shims of the cluster as a reflector store, kept from their metadata; `nudge` on every
-/// change. The counter goes up at each change of what a round plans from ([`spec_changed`]),
-/// so a node that waits for a rollout slot knows when to plan again.
-pub fn spawn_shim_cache(
-    client: Client,
-    nudge: mpsc::Sender<()>,
-) -> (Store<Shim>, watch::Receiver<u64>, JoinHandle<()>) {
+/// change.
+pub fn spawn_shim_cache(client: Client, nudge: mpsc::Sender<()>) -> ShimCacheHandle {
     let (reader, writer) = reflector::store();
     let (specs_tx, specs) = watch::channel(0u64);
+    let reading = Arc::new(AtomicBool::new(false));
+    let busy = reading.clone();
     let task = tokio::spawn(async move {
         let metas = Api::<PartialObjectMeta<Shim>>::all(client.clone());
         let mut cache = ShimCache {
@@ -83,6 +98,7 @@ pub fn spawn_shim_cache(
         let mut failing = false;
         while let Some(first) = stream.next().await {
             // the events already here with it (a batch of new Shims): their reads go together
+            busy.store(true, Ordering::SeqCst);
             let mut batch = vec![first];
             while let Some(Some(ev)) = stream.next().now_or_never() {
                 batch.push(ev);
@@ -109,12 +125,19 @@ pub fn spawn_shim_cache(
                     }
                 }
             }
-            if cache.apply_all(events).await {
+            let changed = cache.apply_all(events).await;
+            busy.store(false, Ordering::SeqCst);
+            if changed {
                 let _ = nudge.try_send(());
             }
         }
     });
-    (reader, specs, task)
+    ShimCacheHandle {
+        store: reader,
+        specs,
+        reading,
+        task,
+    }
 }
 
 struct ShimCache {
