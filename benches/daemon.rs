@@ -10,7 +10,10 @@
 //!    from there to the label (the transaction with its fsyncs, and the label patch).
 //!
 //! `cargo bench --bench daemon` (env `DAEMON_BENCH_IDLE_SECS`, default 60;
-//! `DAEMON_BENCH_RUNS`, default 20). Needs the kube env (`KUBE_ENV_DIR`).
+//! `DAEMON_BENCH_RUNS`, default 20; `DAEMON_BENCH_AT_ONCE=1` creates the batch side by side).
+//! Needs the kube env (`KUBE_ENV_DIR`). `RUST_LOG=bench=debug` prints a timeline: each
+//! request as an agent's client sends it, and each latency Shim's creation, `Installing` and
+//! label as the harness sees them.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -39,7 +42,13 @@ async fn counting_client(kubeconfig: &std::path::Path, counts: Counts) -> Client
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
+    let who = kubeconfig
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let observe = move |req: http::Request<kube::client::Body>| {
+        // RUST_LOG=bench=debug: each request as it leaves, for a timeline
+        tracing::debug!(target: "bench", who = %who, "{} {}", req.method(), req.uri());
         let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
         let resource = req
             .uri()
@@ -297,7 +306,9 @@ async fn latency(env: &KubeEnv, admin: &Client, w: &support::live::World, node: 
         let shim: Shim = serde_yaml::from_str(&yaml).unwrap();
         while rx.try_recv().is_ok() {}
         let t0 = Instant::now();
+        tracing::debug!(target: "bench", shim = %name, "creating");
         shims.create(&PostParams::default(), &shim).await.unwrap();
+        tracing::debug!(target: "bench", shim = %name, "created");
         let mut announced = None;
         loop {
             let (at, n) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
@@ -312,12 +323,14 @@ async fn latency(env: &KubeEnv, admin: &Client, w: &support::live::World, node: 
             if announced.is_none()
                 && state.contains(&format!("\"{name}\":{{\"phase\":\"Installing\""))
             {
+                tracing::debug!(target: "bench", shim = %name, "Installing seen");
                 announced = Some(at);
             }
             if n.labels()
                 .get(&node_label(&name))
                 .is_some_and(|v| v == "true")
             {
+                tracing::debug!(target: "bench", shim = %name, "label seen");
                 let a = announced.unwrap_or(at);
                 to_announce.push(a - t0);
                 to_label.push(at - a);

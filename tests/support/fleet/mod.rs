@@ -81,6 +81,24 @@ pub struct FleetConfig {
     /// Agents one process runs: a run of more goes to worker processes of this many agents
     /// each (`procs`: benchmarks only; one process holds 20,000 descriptors here).
     pub per_process: usize,
+    /// Benchmarks: before the Shim is applied, wait `settle` for the agents to settle, then
+    /// call `sample` (off the runtime's threads), wait `window`, and call it again: the
+    /// fleet's idle cost.
+    pub idle_probe: Option<IdleProbe>,
+}
+
+/// See [`FleetConfig::idle_probe`].
+#[derive(Clone)]
+pub struct IdleProbe {
+    pub settle: Duration,
+    pub window: Duration,
+    pub sample: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for IdleProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IdleProbe({:?}, {:?})", self.settle, self.window)
+    }
 }
 
 impl FleetConfig {
@@ -104,6 +122,7 @@ impl FleetConfig {
             node_identities: true,
             coordinators: 3,
             per_process: usize::MAX,
+            idle_probe: None,
         }
     }
 }
@@ -274,6 +293,14 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
     };
     let shims: Api<shim_agent::api::Shim> = Api::all(admin.clone());
     let body = async {
+        if let Some(probe) = &cfg.idle_probe {
+            tokio::time::sleep(probe.settle).await;
+            let p = probe.sample.clone();
+            tokio::task::spawn_blocking(move || p()).await.unwrap();
+            tokio::time::sleep(probe.window).await;
+            let p = probe.sample.clone();
+            tokio::task::spawn_blocking(move || p()).await.unwrap();
+        }
         let yaml = shim_yaml(cfg, &url, &sha256_hex(&bytes));
         let (ok, out) = env.apply(&yaml);
         assert!(ok, "{out}");
