@@ -17,6 +17,27 @@ use shim_agent::cluster::agent::{Agent, Exit};
 /// How long the API server holds each of the agent's Event writes here.
 const HELD_SECS: u64 = 15;
 
+/// A client of the rig's node whose requests `matching` says become watches of its own Node
+/// that the API server holds for [`HELD_SECS`] (a slow endpoint, on the real server), and a
+/// count of them.
+async fn holding(
+    rig: &Rig,
+    matching: fn(&http::Request<kube::client::Body>) -> bool,
+) -> (kube::Client, Arc<AtomicUsize>) {
+    let held = Arc::new(AtomicUsize::new(0));
+    let (counted, node) = (held.clone(), rig.name.clone());
+    let client = rig
+        .observed_client(move |mut req: http::Request<kube::client::Body>| {
+            if matching(&req) {
+                counted.fetch_add(1, Ordering::SeqCst);
+                hold_as_watch(&mut req, &node, HELD_SECS);
+            }
+            req
+        })
+        .await;
+    (client, held)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_label_waits_for_no_event_of_its_round_nor_of_the_round_before() {
     let _serial = SERIAL.lock().await;
@@ -28,17 +49,10 @@ async fn a_label_waits_for_no_event_of_its_round_nor_of_the_round_before() {
     rig.force_delete(second).await;
     // every Event the agent writes becomes a watch of its own Node that the API server holds
     // for HELD_SECS: a slow Events endpoint, on the real server
-    let held = Arc::new(AtomicUsize::new(0));
-    let (counted, node) = (held.clone(), rig.name.clone());
-    let client = rig
-        .observed_client(move |mut req: http::Request<kube::client::Body>| {
-            if req.method() == http::Method::POST && req.uri().path().ends_with("/events") {
-                counted.fetch_add(1, Ordering::SeqCst);
-                hold_as_watch(&mut req, &node, HELD_SECS);
-            }
-            req
-        })
-        .await;
+    let (client, held) = holding(&rig, |req| {
+        req.method() == http::Method::POST && req.uri().path().ends_with("/events")
+    })
+    .await;
     let f = fake(&rig.w);
     let n = cluster_node(&rig.w, &f);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
@@ -89,17 +103,10 @@ async fn a_label_does_not_wait_for_the_release_of_its_slot() {
     rig.fresh(shim).await;
     // every patch of a slot becomes a watch the API server holds for HELD_SECS; with a claim
     // counted as the renewal for a minute, the only such patch is the release
-    let held = Arc::new(AtomicUsize::new(0));
-    let (counted, node) = (held.clone(), rig.name.clone());
-    let client = rig
-        .observed_client(move |mut req: http::Request<kube::client::Body>| {
-            if req.method() == http::Method::PATCH && req.uri().path().contains("/shimleases/") {
-                counted.fetch_add(1, Ordering::SeqCst);
-                hold_as_watch(&mut req, &node, HELD_SECS);
-            }
-            req
-        })
-        .await;
+    let (client, held) = holding(&rig, |req| {
+        req.method() == http::Method::PATCH && req.uri().path().contains("/shimleases/")
+    })
+    .await;
     let f = fake(&rig.w);
     let n = cluster_node(&rig.w, &f);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);

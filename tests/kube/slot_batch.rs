@@ -55,6 +55,67 @@ async fn holders(admin: &kube::Client) -> Vec<Option<String>> {
         .collect()
 }
 
+/// The six Shims applied for the nodes labelled `test=<label>` (the rig's and `rival`, made
+/// here), fresh (nothing left of an earlier run: Shim, RuntimeClass, slots), and a coordinator
+/// that made a slot of each.
+struct Batch {
+    /// The Shims as the API server holds them, and their names, in `SHIMS` order.
+    shims: Vec<Shim>,
+    names: Vec<String>,
+    stop: tokio::sync::watch::Sender<bool>,
+    coordinator: tokio::task::JoinHandle<()>,
+}
+
+impl Batch {
+    async fn apply(rig: &Rig, label: &str, rival: &str) -> Batch {
+        rig.env.create_node(rival, &[("test", label)]).await;
+        for s in SHIMS {
+            rig.fresh(s).await;
+        }
+        let docs: Vec<String> = SHIMS
+            .iter()
+            .map(|s| shim_yaml(&rig.w, s, "1", ("test", label)))
+            .collect();
+        let (ok, out) = rig.env.apply(&docs.join("---\n"));
+        assert!(ok, "{out}");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let coordinator = rig.spawn_coordinator(stopped).await;
+        eventually(30, "a slot of every Shim", || async {
+            slots(&rig.admin)
+                .await
+                .iter()
+                .all(Option::is_some)
+                .then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await; // the coordinator's stamps settle
+        let all = Api::<Shim>::all(rig.admin.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
+        let shims = SHIMS
+            .iter()
+            .filter_map(|n| all.iter().find(|s| s.name_any() == *n).cloned())
+            .collect();
+        Batch {
+            shims,
+            names: SHIMS.iter().map(|s| s.to_string()).collect(),
+            stop,
+            coordinator,
+        }
+    }
+
+    /// Stop the coordinator and remove the Shims and their slots.
+    async fn end(self, rig: &Rig) {
+        let _ = self.stop.send(true);
+        let _ = self.coordinator.await;
+        for s in SHIMS {
+            rig.fresh(s).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
     let _serial = SERIAL.lock().await;
@@ -62,38 +123,11 @@ async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
         return;
     };
     let rival = "slot-head-rival";
-    rig.env.create_node(rival, &[("test", "slot-head")]).await;
-    for s in SHIMS {
-        rig.force_delete(s).await;
-    }
-    let docs: Vec<String> = SHIMS
-        .iter()
-        .map(|s| shim_yaml(&rig.w, s, "1", ("test", "slot-head")))
-        .collect();
-    let (ok, out) = rig.env.apply(&docs.join("---\n"));
-    assert!(ok, "{out}");
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = rig.spawn_coordinator(stop).await;
-    eventually(30, "a slot of every Shim", || async {
-        slots(&rig.admin)
-            .await
-            .iter()
-            .all(Option::is_some)
-            .then_some(())
-    })
-    .await;
-    let shims: Vec<Shim> = Api::<Shim>::all(rig.admin.clone())
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|s| SHIMS.contains(&s.name_any().as_str()))
-        .collect();
-    let names: Vec<String> = SHIMS.iter().map(|s| s.to_string()).collect();
+    let batch = Batch::apply(&rig, "slot-head", rival).await;
+    let (shims, names) = (&batch.shims, &batch.names);
 
     // the rival holds the first Shim's slot
-    let rival_gate = rig.gate_as(rival, &shims).await;
+    let rival_gate = rig.gate_as(rival, shims).await;
     rival_gate.acquire(&names[..1]).await.unwrap();
 
     // every slot write this node sends
@@ -112,7 +146,7 @@ async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
     )
     .await;
     let my_uid = rig.node_uid(&rig.name).await;
-    let gate = SlotGate::new(client, &rig.name, &my_uid, &shims, GateTimings::default());
+    let gate = SlotGate::new(client, &rig.name, &my_uid, shims, GateTimings::default());
     let watch = async {
         // long enough for a whole try of the batch and its give-backs
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -121,7 +155,7 @@ async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
         rival_gate.release().await;
         (while_held, held)
     };
-    let (acquired, (while_held, held)) = tokio::join!(gate.acquire(&names), watch);
+    let (acquired, (while_held, held)) = tokio::join!(gate.acquire(names), watch);
     assert!(
         while_held.is_empty(),
         "slot writes while a rival held the batch's first slot: {while_held:?}"
@@ -138,11 +172,7 @@ async fn a_node_that_cannot_have_the_first_slot_of_its_batch_writes_no_other() {
         "the node took the whole batch once the first slot was free"
     );
     gate.release().await;
-    let _ = stop_tx.send(true);
-    let _ = coordinator.await;
-    for s in SHIMS {
-        rig.force_delete(s).await;
-    }
+    batch.end(&rig).await;
 }
 
 /// The API server's watch cache can be a moment behind: a node whose batch list still shows
@@ -157,40 +187,12 @@ async fn a_batch_listed_behind_a_release_takes_that_slot_on_a_second_look_and_gi
         return;
     };
     let rival = "slot-look-rival";
-    rig.env.create_node(rival, &[("test", "slot-look")]).await;
-    for s in SHIMS {
-        rig.fresh(s).await;
-    }
-    let docs: Vec<String> = SHIMS
-        .iter()
-        .map(|s| shim_yaml(&rig.w, s, "1", ("test", "slot-look")))
-        .collect();
-    let (ok, out) = rig.env.apply(&docs.join("---\n"));
-    assert!(ok, "{out}");
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = rig.spawn_coordinator(stop).await;
-    eventually(30, "a slot of every Shim", || async {
-        slots(&rig.admin)
-            .await
-            .iter()
-            .all(Option::is_some)
-            .then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await; // the coordinator's stamps settle
-    let shims: Vec<Shim> = Api::<Shim>::all(rig.admin.clone())
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|s| SHIMS.contains(&s.name_any().as_str()))
-        .collect();
-    let names: Vec<String> = SHIMS.iter().map(|s| s.to_string()).collect();
+    let batch = Batch::apply(&rig, "slot-look", rival).await;
+    let (shims, names) = (&batch.shims, &batch.names);
 
     // the rival holds the third Shim's slot, then gives it back; `behind` is a version of
     // the slots from before that release
-    let rival_gate = rig.gate_as(rival, &shims).await;
+    let rival_gate = rig.gate_as(rival, shims).await;
     rival_gate.acquire(&names[2..3]).await.unwrap();
     let leases: Api<ShimLease> = Api::namespaced(rig.admin.clone(), NAMESPACE);
     let behind = leases
@@ -237,8 +239,8 @@ async fn a_batch_listed_behind_a_release_takes_that_slot_on_a_second_look_and_gi
     )
     .await;
     let my_uid = rig.node_uid(&rig.name).await;
-    let gate = SlotGate::new(client, &rig.name, &my_uid, &shims, GateTimings::default());
-    tokio::time::timeout(Duration::from_secs(30), gate.acquire(&names))
+    let gate = SlotGate::new(client, &rig.name, &my_uid, shims, GateTimings::default());
+    tokio::time::timeout(Duration::from_secs(30), gate.acquire(names))
         .await
         .expect("the batch within 30 s")
         .unwrap();
@@ -254,9 +256,5 @@ async fn a_batch_listed_behind_a_release_takes_that_slot_on_a_second_look_and_gi
         "claims only, nothing given back: {writes:?}"
     );
     gate.release().await;
-    let _ = stop_tx.send(true);
-    let _ = coordinator.await;
-    for s in SHIMS {
-        rig.fresh(s).await;
-    }
+    batch.end(&rig).await;
 }
