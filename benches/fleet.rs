@@ -21,22 +21,30 @@
 //! "events/node beyond idle" takes the idle rate times the run's minutes off its watch
 //! events: what the rollout itself cost each node. The machine's busy share (`/proc/stat`,
 //! all cores) says whether the run was short of CPU.
+//!
+//! `FLEET_APISERVERS=K` (default 1) runs an HA control plane: K - 1 replicas of the kube env's
+//! API server on its etcd (`tests/support/apiservers.rs`). Worker process `w` (a run of more
+//! than `FLEET_AGENTS_PER_PROCESS` agents) connects its agents to server `w mod K`; the
+//! coordinator candidates (worker 0) and the checker use the first. The API server figures
+//! are sums over the K servers (the peak memory a sum of each one's peak).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::apiservers::ApiServers;
 use support::fleet::{FleetConfig, FleetReport, IdleProbe, run_fleet};
 use support::kube::{KubeEnv, kube_env};
 
-/// Counters of the API server's /metrics, summed by (name, a few labels).
-fn metrics(env: &KubeEnv) -> BTreeMap<String, f64> {
-    let (ok, text) = env.kubectl(&["get", "--raw", "/metrics"]);
-    assert!(ok, "metrics: {text}");
+/// Counters of the API servers' /metrics, summed over the servers by (name, a few labels).
+fn metrics(env: &KubeEnv, servers: &ApiServers) -> BTreeMap<String, f64> {
+    let texts = servers.metrics(env);
     let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
+    let lines = texts.iter().flat_map(|t| t.lines());
+    for line in lines.filter(|l| !l.starts_with('#')) {
         let Some((key, value)) = line.rsplit_once(' ') else {
             continue;
         };
@@ -69,42 +77,6 @@ fn metrics(env: &KubeEnv) -> BTreeMap<String, f64> {
     out
 }
 
-/// The kube-apiserver of `env` (its certificates are beside its admin kubeconfig; another
-/// instance may run beside it).
-fn apiserver_pid(env: &KubeEnv) -> Option<u32> {
-    let mark = format!("--tls-cert-file={}/", env.admin.parent()?.display());
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        (cmd.contains("kube-apiserver") && cmd.contains(&mark)).then_some(pid)
-    })
-}
-
-/// (CPU seconds so far, resident MiB now, peak resident MiB) of `pid`.
-fn proc_usage(pid: u32) -> (f64, f64, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let f: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|x| x.1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = 100.0; // USER_HZ on Linux
-    let cpu = f.get(11).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |k: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    };
-    (cpu / ticks, kib("VmRSS:"), kib("VmHWM:"))
-}
-
 /// (busy, all) CPU ticks of the whole machine so far (`/proc/stat`; idle and iowait are not
 /// busy).
 fn machine_ticks() -> (f64, f64) {
@@ -122,29 +94,15 @@ fn machine_ticks() -> (f64, f64) {
     (all - idle, all)
 }
 
-/// Sockets `pid` holds open now (its connections, listeners included).
-fn sockets(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
-
-/// The most sockets `pid` held at once, sampled every second until `done` is set.
+/// The most sockets the API servers held at once, sampled every second until `done` is set.
 fn peak_sockets(
-    pid: Option<u32>,
+    servers: Arc<ApiServers>,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<usize> {
     std::thread::spawn(move || {
         let mut peak = 0;
         while !done.load(std::sync::atomic::Ordering::Relaxed) {
-            peak = peak.max(pid.map(sockets).unwrap_or(0));
+            peak = peak.max(servers.sockets());
             std::thread::sleep(Duration::from_secs(1));
         }
         peak
@@ -180,10 +138,10 @@ struct Sample {
     machine: (f64, f64),
 }
 
-fn sample(env: &KubeEnv, pid: Option<u32>) -> Sample {
+fn sample(env: &KubeEnv, servers: &ApiServers) -> Sample {
     Sample {
-        metrics: metrics(env),
-        apiserver_cpu: pid.map(|p| proc_usage(p).0).unwrap_or(0.0),
+        metrics: metrics(env, servers),
+        apiserver_cpu: servers.usage().0,
         machine: machine_ticks(),
         at: Instant::now(),
     }
@@ -193,14 +151,19 @@ fn sample(env: &KubeEnv, pid: Option<u32>) -> Sample {
 /// `FLEET_SETTLE_SECS` for the agents to list and watch): at the window's two ends.
 type IdleSamples = std::sync::Arc<std::sync::Mutex<Vec<Sample>>>;
 
-fn idle_probe(env: &'static KubeEnv, samples: &IdleSamples) -> Option<IdleProbe> {
+fn idle_probe(
+    env: &'static KubeEnv,
+    servers: &Arc<ApiServers>,
+    samples: &IdleSamples,
+) -> Option<IdleProbe> {
+    let servers = servers.clone();
     let window = env_u64("FLEET_IDLE_SECS").filter(|s| *s > 0)?;
     let samples = samples.clone();
     Some(IdleProbe {
         settle: Duration::from_secs(env_u64("FLEET_SETTLE_SECS").unwrap_or(30)),
         window: Duration::from_secs(window),
         sample: std::sync::Arc::new(move || {
-            let s = sample(env, apiserver_pid(env));
+            let s = sample(env, &servers);
             samples.lock().unwrap().push(s);
         }),
     })
@@ -231,20 +194,20 @@ fn delta(after: &Metrics, before: &Metrics) -> Metrics {
 
 fn measure(
     env: &'static KubeEnv,
+    servers: &Arc<ApiServers>,
     rt: &tokio::runtime::Runtime,
     cfg: &mut FleetConfig,
 ) -> (FleetReport, Measured) {
     let samples = IdleSamples::default();
-    cfg.idle_probe = idle_probe(env, &samples);
-    let pid = apiserver_pid(env);
-    let start = sample(env, pid);
+    cfg.idle_probe = idle_probe(env, servers, &samples);
+    let start = sample(env, servers);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = peak_sockets(pid, done.clone());
+    let sampler = peak_sockets(servers.clone(), done.clone());
     let r = rt.block_on(run_fleet(env, cfg));
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let peak_sockets = sampler.join().unwrap_or(0);
-    let end = sample(env, pid);
-    let hwm = pid.map(proc_usage).unwrap_or_default().2;
+    let end = sample(env, servers);
+    let hwm = servers.usage().2;
     let samples = samples.lock().unwrap();
     // with an idle window: the run from the Shim's arrival (the window's end) on
     let (from, idle) = match samples.as_slice() {
@@ -313,6 +276,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // an HA control plane: replicas of the API server on the same etcd, the worker
+    // processes' agents spread across them
+    let count = env_u64("FLEET_APISERVERS").unwrap_or(1).max(1) as usize;
+    let servers = Arc::new(ApiServers::start(env, count));
     println!(
         "| agents | maxUpdate | N | T | total | ideal ⌈E/N⌉·T | vs ideal | writes/node | watch events/node | watch KiB/node | per node per minute | 409s per hand-off | hand-off p50 / p90 | apiserver CPU | apiserver RSS peak | apiserver sockets peak | machine CPU busy | peak restarting | violations | idle events/node/min | events/node beyond idle |"
     );
@@ -335,7 +302,12 @@ fn main() {
         cfg.coordinator = shim_agent::cluster::coordinator::CoordinatorConfig::default();
         // one process holds 20,000 descriptors here: larger fleets run in worker processes
         cfg.per_process = env_u64("FLEET_AGENTS_PER_PROCESS").unwrap_or(1000) as usize;
-        let (r, m) = measure(env, &rt, &mut cfg);
+        cfg.apiservers = servers
+            .servers
+            .iter()
+            .map(|s| s.kubeconfig.clone())
+            .collect();
+        let (r, m) = measure(env, &servers, &rt, &mut cfg);
         report(agents, mu, restart, &r, &m);
         if k == 0 || std::env::var_os("FLEET_TIMELINE_ALL").is_some() {
             write_timeline(agents, mu, &r);

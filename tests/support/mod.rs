@@ -7,12 +7,14 @@
 //! - [`live`]: a scripted containerd for the transaction engine; [`image_root`]: image roots
 //!   for offline installs; [`containerd`]: the config engine's round-trip checks;
 //! - [`kube`]: the real control plane of the kube env; [`agent_rig`]: one agent against it;
-//!   [`fleet`]: fleets of agents; [`hookserver`], [`hooks_kube`], [`tls`]: test extensions;
+//!   [`fleet`]: fleets of agents, [`apiservers`]: its API servers and their replicas;
+//!   [`hookserver`], [`hooks_kube`], [`tls`]: test extensions;
 //! - [`node_env`]: the real systemd + containerd node of `.ci/node-env/`;
 //! - [`shim_builder`]: `Shim` objects and manifests for every test, instead of YAML literals.
 #![allow(dead_code)]
 
 pub mod agent_rig;
+pub mod apiservers;
 pub mod containerd;
 pub mod fleet;
 pub mod hooks_kube;

@@ -85,7 +85,9 @@ pub async fn run_agents(
         let (source, coordinator_source) = if cfg.node_identities {
             (env.node_identity(&host.name), env.coordinator_identity())
         } else {
-            (env.admin.clone(), env.admin.clone())
+            // a worker's API server (an HA control plane), else the kube env's
+            let admin = cfg.apiservers.first().unwrap_or(&env.admin);
+            (admin.clone(), admin.clone())
         };
         let config = SessionConfig {
             source: Source::Kubeconfig(source),

@@ -85,6 +85,9 @@ pub struct FleetConfig {
     /// call `sample` (off the runtime's threads), wait `window`, and call it again: the
     /// fleet's idle cost.
     pub idle_probe: Option<IdleProbe>,
+    /// Benchmarks: the API servers' admin kubeconfigs (an HA control plane); worker process
+    /// `w` connects its agents to `apiservers[w mod len]`. Empty: the kube env's one.
+    pub apiservers: Vec<std::path::PathBuf>,
 }
 
 /// See [`FleetConfig::idle_probe`].
@@ -123,6 +126,7 @@ impl FleetConfig {
             coordinators: 3,
             per_process: usize::MAX,
             idle_probe: None,
+            apiservers: Vec::new(),
         }
     }
 }

@@ -33,6 +33,8 @@ struct WorkerSpec {
     restart_ms: u64,
     /// The agent's default coordinator timings (benchmarks), else the tests' fast ones.
     default_coordinator: bool,
+    /// The admin kubeconfig of the API server this worker's agents use (else the kube env's).
+    apiserver: Option<std::path::PathBuf>,
 }
 
 /// Nanoseconds on the wall clock: comparable between the processes of one machine.
@@ -58,6 +60,7 @@ pub fn worker_main() -> bool {
         Duration::from_millis(spec.restart_ms),
     );
     cfg.node_identities = false;
+    cfg.apiservers = spec.apiserver.iter().cloned().collect();
     cfg.coordinator = if spec.default_coordinator {
         shim_agent::cluster::coordinator::CoordinatorConfig::default()
     } else {
@@ -98,8 +101,10 @@ pub async fn run_workers(
     let default_coordinator = cfg.coordinator.status_interval >= Duration::from_secs(2);
     let mut children = Vec::new();
     let mut readers = Vec::new();
-    for lo in (0..cfg.agents).step_by(cfg.per_process.max(1)) {
+    for (w, lo) in (0..cfg.agents).step_by(cfg.per_process.max(1)).enumerate() {
         let spec = WorkerSpec {
+            apiserver: (!cfg.apiservers.is_empty())
+                .then(|| cfg.apiservers[w % cfg.apiservers.len()].clone()),
             run: cfg.run.clone(),
             agents: cfg.agents,
             max_update: cfg.max_update.clone(),
