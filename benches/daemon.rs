@@ -200,7 +200,7 @@ async fn bench() {
             tokio::time::sleep(Duration::from_secs(2)).await;
             // sent as a controller sends them: over one HTTP/2 connection that is already up
             // (client-go's way). kube's own client speaks HTTP/1.1: its first create went
-            // alone on the pooled connection, the other 49 waited about 50 ms for TLS
+            // alone on the pooled connection, the other 49 waited 50-90 ms for TLS
             // connections of their own, and each node's round began with that one Shim.
             let creator = counting_client(&env.admin, Counts::default()).await;
             let api: Api<Shim> = Api::all(creator);

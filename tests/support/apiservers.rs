@@ -91,11 +91,6 @@ impl ApiServers {
         me
     }
 
-    /// The kubeconfig of server `i`, round the list.
-    pub fn kubeconfig(&self, i: usize) -> PathBuf {
-        self.servers[i % self.servers.len()].kubeconfig.clone()
-    }
-
     /// Every server's `/metrics` text.
     pub fn metrics(&self, env: &KubeEnv) -> Vec<String> {
         self.servers
