@@ -105,7 +105,8 @@ async fn status_writes_reach_the_cache_as_metadata_and_a_new_generation_is_read_
 /// reading from the event until the Shim is in the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_says_it_is_reading_until_a_new_shim_is_in_the_store() {
-    const HELD_SECS: u64 = 3;
+    // long enough that a loaded machine sees the read begin well inside it
+    const HELD_SECS: u64 = 8;
     let _serial = SERIAL.lock().await;
     let Some(env) = kube_env() else { return };
     let w = world();
@@ -130,12 +131,16 @@ async fn the_cache_says_it_is_reading_until_a_new_shim_is_in_the_store() {
     let cache = spawn_shim_cache(client, tx);
     let _ = cache.store.wait_until_ready().await;
     let reading: Arc<AtomicBool> = cache.reading.clone();
-    assert!(!reading.load(Ordering::SeqCst), "synced: nothing to read");
+    // the store is ready a moment before the cache says its first list is taken in
+    eventually(5, "synced: nothing to read", || async {
+        (!reading.load(Ordering::SeqCst)).then_some(())
+    })
+    .await;
 
     let (ok, out) = env.apply(&shim_yaml(&w, name, "1", ("test", "kcache")));
     assert!(ok, "{out}");
     let key = ObjectRef::<Shim>::new(name);
-    eventually(HELD_SECS - 1, "the read held", || async {
+    eventually(HELD_SECS - 3, "the read held", || async {
         (held.load(Ordering::SeqCst) > 0).then_some(())
     })
     .await;
