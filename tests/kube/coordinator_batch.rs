@@ -7,7 +7,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use kube::Api;
+use kube::api::ListParams;
+use shim_agent::api::lease::ShimLease;
+use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::coordinator;
+use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 
 use crate::support::agent_rig::{Rig, fast};
 use crate::support::kube::{SERIAL, eventually, hold_as_watch, observed_client_for};
@@ -66,6 +71,73 @@ async fn the_coordinator_writes_a_batch_of_runtime_classes_side_by_side() {
     }
 }
 
+/// A Shim created while another Shim's writes wait on a slow reply gets its slot at once: the
+/// finalizer, RuntimeClass and status writes run off the coordinator's loop, so its next round
+/// does not wait for them. Before, a round began only when every write of the one before had
+/// come back: a batch's late Shims waited about 0.45 s for their slots behind the first
+/// Shims' RuntimeClass applies (BENCHMARKS.md, the daemon benchmark).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_write_of_one_shim_does_not_hold_back_the_next_shims_slot() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("coord-late").await else {
+        return;
+    };
+    let (first, late) = ("coord-late-a", "coord-late-b");
+    for s in [first, late] {
+        rig.fresh(s).await;
+    }
+    let (ok, out) = rig
+        .env
+        .apply(&shim_yaml(&rig.w, first, "1", ("test", "coord-late")));
+    assert!(ok, "{out}");
+    // the first Shim's first write (its finalizer) becomes a watch of the test's Node that
+    // the API server holds for HELD_SECS: a slow reply, on the real server
+    let held = Arc::new(AtomicUsize::new(0));
+    let (counted, node) = (held.clone(), rig.name.clone());
+    let client = observed_client_for(
+        &rig.env.coordinator_identity(),
+        move |mut req: http::Request<kube::client::Body>| {
+            let first_write = req.method() == http::Method::PATCH
+                && req.uri().path().ends_with(&format!("/shims/{first}"));
+            if first_write && counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                hold_as_watch(&mut req, &node, HELD_SECS);
+            }
+            req
+        },
+    )
+    .await;
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = tokio::spawn(coordinator::run(client, rig.name.clone(), fast(), stop));
+    // (the two waits end within HELD_SECS of the hold's start, so the slot is written while
+    // the write is held)
+    eventually(HELD_SECS - 7, "the first Shim's write held", || async {
+        (held.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    let (ok, out) = rig
+        .env
+        .apply(&shim_yaml(&rig.w, late, "1", ("test", "coord-late")));
+    assert!(ok, "{out}");
+    let slots: Api<ShimLease> = Api::namespaced(rig.admin.clone(), NAMESPACE);
+    let of = ListParams::default().labels(&format!("{SLOT_SHIM_LABEL}={late}"));
+    eventually(
+        HELD_SECS - 10,
+        "the late Shim's slot, while the first one's write is held",
+        || async { (!slots.list(&of).await.ok()?.items.is_empty()).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        held.load(Ordering::SeqCst),
+        1,
+        "the held write was not tried again yet"
+    );
+    let _ = stop_tx.send(true);
+    let _ = coordinator.await;
+    for s in [first, late] {
+        rig.fresh(s).await;
+    }
+}
+
 /// Two Shims that name one RuntimeClass, reconciled side by side in one round: neither
 /// applies it (the admission policy would refuse each: a class belongs to the one Shim that
 /// names it) and both say `RuntimeClassConflict`, naming the other, round after round. Once
@@ -74,8 +146,8 @@ async fn the_coordinator_writes_a_batch_of_runtime_classes_side_by_side() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_shims_naming_one_runtime_class_both_report_the_conflict_until_one_goes() {
     use k8s_openapi::api::node::v1::RuntimeClass;
+    use kube::ResourceExt;
     use kube::api::DeleteParams;
-    use kube::{Api, ResourceExt};
 
     let _serial = SERIAL.lock().await;
     let Some(rig) = Rig::new("coord-rc").await else {

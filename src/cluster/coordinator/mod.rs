@@ -17,28 +17,34 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
-use super::names::{COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, NAMESPACE};
+use super::names::{COORDINATOR_LEASE, FIELD_MANAGER, NAMESPACE};
 use super::nodestate::parse_states;
 use super::readiness;
 use super::reservations::Reservations;
 use super::slots::SLOT_SHIM_LABEL;
 use super::watch::{Tasks, spawn_reflector};
 use election::{LeaseLock, Timings, lead};
+use shim_writes::ShimWriter;
 use slot_writes::Rollout;
 use status::NodeView;
+use tokio::task::JoinSet;
+
+/// What a Shim's writes come to: when to look at it again, or the error.
+type WriteResult = Result<Option<Instant>, CoordinatorError>;
 
 pub mod class;
 pub mod election;
 mod error;
 mod hints;
 pub mod plan;
+mod shim_writes;
 pub mod slot_plan;
 pub mod slot_writes;
 pub mod status;
@@ -125,19 +131,28 @@ async fn duties(client: Client, config: CoordinatorConfig) {
     let hooks = std::sync::Arc::new(crate::hooks::Hooks::new(client.clone(), exts));
     caches.wait_until_ready().await;
     let mut c = Coordinator {
+        writer: ShimWriter::new(client.clone()),
         client,
         config,
-        last_status_write: Default::default(),
+        executing: JoinSet::new(),
+        busy: BTreeMap::new(),
+        passed_over: BTreeSet::new(),
+        due: BTreeMap::new(),
         // the BeforeRollout calls run beside this loop; an answer nudges it
         rollout_hooks: RolloutHooks::new(hooks, recorder, tx),
         reservations: BTreeMap::new(),
         written: BTreeMap::new(),
         hinted: hints::Hinted::default(),
     };
+    let mut next = c.reconcile_all(&caches).await;
     loop {
-        let next = c.reconcile_all(&caches).await;
         tokio::select! {
             Some(()) = rx.recv() => settle(&mut rx).await,
+            // a Shim's writes ended: no round for that, only its next look
+            Some(done) = c.executing.join_next_with_id() => {
+                next = earliest(next, c.finished(done));
+                continue;
+            }
             _ = async {
                 match next {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -145,6 +160,14 @@ async fn duties(client: Client, config: CoordinatorConfig) {
                 }
             } => {}
         }
+        next = c.reconcile_all(&caches).await;
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -262,39 +285,83 @@ impl Coordinator {
         .await;
         // a reservation that runs out is moved at that time, and a write held back is made
         // again once its hold ends
-        let mut next: Option<Instant> = self
+        let next: Option<Instant> = self
             .reservations
             .values()
             .filter_map(Reservations::next_due)
             .chain(self.written.values().filter_map(written::Written::next_due))
             .min();
-        // then each Shim's finalizer, RuntimeClass and status, all Shims side by side
-        let (this, views) = (&*self, &views);
+        // then each Shim's finalizer, RuntimeClass and status, all Shims side by side, off
+        // the loop: the next round's slots never wait for them
         let shims: Vec<&Shim> = all.iter().map(|s| &**s).collect();
         let rivals = class::rivals_for_class(&shims);
-        let rivals = &rivals;
-        let reconciles = all.iter().zip(kept).map(|(shim, rollout)| async move {
+        self.due
+            .retain(|n, _| all.iter().any(|s| s.name_any() == *n));
+        for (shim, rollout) in all.iter().zip(kept) {
             let rivals = rivals.get(&shim.name_any()).map_or(&[][..], Vec::as_slice);
-            (
-                shim,
-                this.reconcile(shim, views, &caches.classes, rivals, rollout)
-                    .await,
-            )
-        });
-        for (shim, r) in futures_util::future::join_all(reconciles).await {
-            let due = match r {
-                Ok(due) => due,
-                Err(e) => {
-                    e.record(&format!("Shim {}", shim.name_any()));
-                    Some(Instant::now() + e.retry_after())
-                }
-            };
-            next = match (next, due) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            self.start_writes(shim, &views, &caches.classes, rivals, rollout);
         }
-        next
+        earliest(next, self.due.values().min().copied())
+    }
+
+    /// Plan a Shim and start its writes, unless its last ones are still under way (it is
+    /// planned again when they end).
+    fn start_writes(
+        &mut self,
+        shim: &std::sync::Arc<Shim>,
+        views: &[NodeView],
+        classes: &Store<RuntimeClass>,
+        rivals: &[String],
+        rollout: (Rollout, Hold),
+    ) {
+        let name = shim.name_any();
+        if self.busy.contains_key(&name) {
+            self.passed_over.insert(name);
+            return;
+        }
+        let actions = self.plan(shim, views, classes, rivals, rollout);
+        self.due.remove(&name);
+        if shim_writes::writes_nothing(&actions) {
+            if let Some(d) = actions.due {
+                self.due.insert(name, d);
+            }
+            return;
+        }
+        let (writer, shim) = (self.writer.clone(), shim.clone());
+        let task = self
+            .executing
+            .spawn(async move { writer.execute(&shim, actions).await });
+        self.busy.insert(name, task.id());
+    }
+
+    /// A Shim's writes ended: when to look at it again. A Shim a round passed over meanwhile
+    /// is looked at after the quiet time its writes' own events need to reach the caches.
+    fn finished(
+        &mut self,
+        done: Result<(tokio::task::Id, WriteResult), tokio::task::JoinError>,
+    ) -> Option<Instant> {
+        let (id, result) = match done {
+            Ok((id, r)) => (id, Some(r)),
+            Err(e) => (e.id(), None),
+        };
+        let name = self.busy.iter().find(|(_, t)| **t == id)?.0.clone();
+        self.busy.remove(&name);
+        let mut due = match result {
+            Some(Ok(due)) => due,
+            Some(Err(e)) => {
+                e.record(&format!("Shim {name}"));
+                Some(Instant::now() + e.retry_after())
+            }
+            // ended without an answer (only a task aborted, or a bug): look again soon
+            None => Some(Instant::now() + ROUND_QUIET_MAX),
+        };
+        if self.passed_over.remove(&name) {
+            due = earliest(due, Some(Instant::now() + ROUND_QUIET_MAX));
+        }
+        if let Some(d) = due {
+            self.due.insert(name, d);
+        }
+        due
     }
 }
 
@@ -337,9 +404,17 @@ fn node_views(nodes: &Store<KubeNode>) -> Vec<NodeView> {
 struct Coordinator {
     client: Client,
     config: CoordinatorConfig,
-    /// When each Shim's status was last written (the Shims' reconciles run side by side;
-    /// the lock is never held across an await).
-    last_status_write: std::sync::Mutex<BTreeMap<String, Instant>>,
+    /// Makes each Shim's finalizer, RuntimeClass and status writes, off the loop.
+    writer: ShimWriter,
+    /// The Shims' writes under way, one task per Shim at most; dropped with the
+    /// leadership, which ends them.
+    executing: JoinSet<WriteResult>,
+    /// The Shims whose writes are under way, and their tasks.
+    busy: BTreeMap<String, tokio::task::Id>,
+    /// Busy Shims a round passed over: planned again once their writes end.
+    passed_over: BTreeSet<String>,
+    /// When each Shim asked to be looked at again (a deferral, a throttled status, a retry).
+    due: BTreeMap<String, Instant>,
     rollout_hooks: RolloutHooks,
     /// Each Shim's reservations between rounds (the coordinator's own clock).
     reservations: BTreeMap<String, Reservations>,
@@ -369,22 +444,20 @@ impl Coordinator {
         (rollout, hold)
     }
 
-    /// Reconcile one Shim whose slots were kept: gather the facts, plan
-    /// ([`plan::plan_shim`]), execute. Returns when it wants to be looked at again (a
-    /// deferral, a throttled status).
-    async fn reconcile(
+    /// Plan one Shim whose slots were kept: gather the facts, then [`plan::plan_shim`].
+    fn plan(
         &self,
         shim: &Shim,
         nodes: &[NodeView],
         classes: &Store<RuntimeClass>,
         rivals: &[String],
         (rollout, hold): (Rollout, Hold),
-    ) -> Result<Option<Instant>, CoordinatorError> {
+    ) -> plan::ShimActions {
         let name = shim.name_any();
         let rc = classes.get(&ObjectRef::new(&shim.spec.runtime_class.name));
         let time = Time(k8s_openapi::jiff::Timestamp::now());
         let with_rollout = |st| rollout.status(st, shim.status.as_ref(), &time);
-        let actions = plan::plan_shim(&plan::ShimFacts {
+        plan::plan_shim(&plan::ShimFacts {
             shim,
             nodes,
             runtime_class: rc.as_deref(),
@@ -392,124 +465,11 @@ impl Coordinator {
             with_rollout: &with_rollout,
             hold: &hold,
             approved: self.rollout_hooks.approved(shim),
-            last_status_write: self.status_written().get(&name).copied(),
+            last_status_write: self.writer.status_written().get(&name).copied(),
             status_interval: self.config.status_interval,
             now: Instant::now(),
             time: &time,
-        });
-        self.execute(shim, actions).await
-    }
-
-    /// Carry out a Shim's [`ShimActions`](plan::ShimActions), in order: the finalizer in, the
-    /// RuntimeClass, the status, the finalizer out.
-    async fn execute(
-        &self,
-        shim: &Shim,
-        actions: plan::ShimActions,
-    ) -> Result<Option<Instant>, CoordinatorError> {
-        use CoordinatorError as E;
-        let shims = Api::<Shim>::all(self.client.clone());
-        if actions.add_finalizer {
-            let mut finalizers = shim.finalizers().to_vec();
-            finalizers.push(FINALIZER.into());
-            set_finalizers(&shims, shim, finalizers)
-                .await
-                .map_err(E::finalizer)?;
-        }
-        self.write_class(shim, actions.runtime_class)
-            .await
-            .map_err(E::runtime_class)?;
-        if let plan::StatusAction::Write(status) = actions.status {
-            write_status(&shims, shim, &status)
-                .await
-                .map_err(E::status)?;
-            self.status_written()
-                .insert(shim.name_any(), Instant::now());
-        }
-        if actions.remove_finalizer {
-            let finalizers = shim.finalizers().iter().filter(|f| *f != FINALIZER);
-            set_finalizers(&shims, shim, finalizers.cloned().collect())
-                .await
-                .map_err(E::finalizer)?;
-            self.status_written().remove(&shim.name_any());
-            tracing::info!(shim = %shim.name_any(), "every node is clean; finalizer removed");
-        }
-        Ok(actions.due)
-    }
-
-    /// When each Shim's status was last written; a poisoned lock (a panic elsewhere, which
-    /// the daemon forbids) still yields the map.
-    fn status_written(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Instant>> {
-        self.last_status_write
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The Shim's RuntimeClass as `action` says: kept, deleted, or server-side applied.
-    async fn write_class(&self, shim: &Shim, action: plan::ClassAction) -> Result<(), kube::Error> {
-        let name = shim.name_any();
-        let rc_api = Api::<RuntimeClass>::all(self.client.clone());
-        let rc_name = &shim.spec.runtime_class.name;
-        match action {
-            plan::ClassAction::Keep => {}
-            plan::ClassAction::Delete => {
-                tracing::info!(shim = %name, runtime_class = %rc_name, "deleting the RuntimeClass (its Shim is going, or its handler changed)");
-                delete_ignoring_missing(&rc_api, rc_name).await?;
-            }
-            plan::ClassAction::Apply(rc) => {
-                let pp = PatchParams::apply(FIELD_MANAGER).force();
-                rc_api.patch(rc_name, &pp, &Patch::Apply(&*rc)).await?;
-                tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass applied");
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A Shim's status, merge-patched.
-async fn write_status(
-    shims: &Api<Shim>,
-    shim: &Shim,
-    status: &crate::api::ShimStatus,
-) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({ "status": status });
-    tracing::debug!(shim = %shim.name_any(), "status changed; writing it");
-    shims
-        .patch_status(
-            &shim.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map(|_| ())
-}
-
-/// Replace a Shim's finalizers, guarded by the resourceVersion it was read at (a 409 when
-/// someone changed it meanwhile; the next round reads it again).
-async fn set_finalizers(
-    shims: &Api<Shim>,
-    shim: &Shim,
-    finalizers: Vec<String>,
-) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": shim.resource_version(),
-    }});
-    shims
-        .patch(
-            &shim.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    Ok(())
-}
-
-async fn delete_ignoring_missing(api: &Api<RuntimeClass>, name: &str) -> Result<(), kube::Error> {
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
+        })
     }
 }
 

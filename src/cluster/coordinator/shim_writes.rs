@@ -1,0 +1,153 @@
+//! A Shim's own writes, as a round planned them ([`plan::ShimActions`]): the finalizer in,
+//! the RuntimeClass, the status, the finalizer out. They run off the coordinator's loop, one
+//! Shim's at a time, so that a slow reply (a RuntimeClass apply took 200-500 ms under a
+//! batch) never holds back the next round's slots: those are what nodes wait on.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use tokio::time::Instant;
+
+use super::error::CoordinatorError;
+use super::plan;
+use crate::api::Shim;
+use crate::cluster::names::{FIELD_MANAGER, FINALIZER};
+
+/// Makes the Shims' writes; cloned into each Shim's task.
+#[derive(Clone)]
+pub(super) struct ShimWriter {
+    client: Client,
+    /// When each Shim's status was last written (the lock is never held across an await).
+    last_status_write: Arc<Mutex<BTreeMap<String, Instant>>>,
+}
+
+impl ShimWriter {
+    pub(super) fn new(client: Client) -> Self {
+        ShimWriter {
+            client,
+            last_status_write: Default::default(),
+        }
+    }
+
+    /// Carry out a Shim's actions, in order; when it wants to be looked at again.
+    pub(super) async fn execute(
+        &self,
+        shim: &Shim,
+        actions: plan::ShimActions,
+    ) -> Result<Option<Instant>, CoordinatorError> {
+        use CoordinatorError as E;
+        let shims = Api::<Shim>::all(self.client.clone());
+        if actions.add_finalizer {
+            let mut finalizers = shim.finalizers().to_vec();
+            finalizers.push(FINALIZER.into());
+            set_finalizers(&shims, shim, finalizers)
+                .await
+                .map_err(E::finalizer)?;
+        }
+        self.write_class(shim, actions.runtime_class)
+            .await
+            .map_err(E::runtime_class)?;
+        if let plan::StatusAction::Write(status) = actions.status {
+            write_status(&shims, shim, &status)
+                .await
+                .map_err(E::status)?;
+            self.status_written()
+                .insert(shim.name_any(), Instant::now());
+        }
+        if actions.remove_finalizer {
+            let finalizers = shim.finalizers().iter().filter(|f| *f != FINALIZER);
+            set_finalizers(&shims, shim, finalizers.cloned().collect())
+                .await
+                .map_err(E::finalizer)?;
+            self.status_written().remove(&shim.name_any());
+            tracing::info!(shim = %shim.name_any(), "every node is clean; finalizer removed");
+        }
+        Ok(actions.due)
+    }
+
+    /// When each Shim's status was last written; a poisoned lock (a panic elsewhere, which
+    /// the daemon forbids) still yields the map.
+    pub(super) fn status_written(&self) -> MutexGuard<'_, BTreeMap<String, Instant>> {
+        self.last_status_write
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The Shim's RuntimeClass as `action` says: kept, deleted, or server-side applied.
+    async fn write_class(&self, shim: &Shim, action: plan::ClassAction) -> Result<(), kube::Error> {
+        let name = shim.name_any();
+        let rc_api = Api::<RuntimeClass>::all(self.client.clone());
+        let rc_name = &shim.spec.runtime_class.name;
+        match action {
+            plan::ClassAction::Keep => {}
+            plan::ClassAction::Delete => {
+                tracing::info!(shim = %name, runtime_class = %rc_name, "deleting the RuntimeClass (its Shim is going, or its handler changed)");
+                delete_ignoring_missing(&rc_api, rc_name).await?;
+            }
+            plan::ClassAction::Apply(rc) => {
+                let pp = PatchParams::apply(FIELD_MANAGER).force();
+                rc_api.patch(rc_name, &pp, &Patch::Apply(&*rc)).await?;
+                tracing::info!(shim = %name, runtime_class = %rc_name, "RuntimeClass applied");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `actions` write nothing (only, perhaps, a time to look again).
+pub(super) fn writes_nothing(actions: &plan::ShimActions) -> bool {
+    !actions.add_finalizer
+        && !actions.remove_finalizer
+        && matches!(actions.runtime_class, plan::ClassAction::Keep)
+        && !matches!(actions.status, plan::StatusAction::Write(_))
+}
+
+/// A Shim's status, merge-patched.
+async fn write_status(
+    shims: &Api<Shim>,
+    shim: &Shim,
+    status: &crate::api::ShimStatus,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({ "status": status });
+    tracing::debug!(shim = %shim.name_any(), "status changed; writing it");
+    shims
+        .patch_status(
+            &shim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(|_| ())
+}
+
+/// Replace a Shim's finalizers, guarded by the resourceVersion it was read at (a 409 when
+/// someone changed it meanwhile; the next round reads it again).
+async fn set_finalizers(
+    shims: &Api<Shim>,
+    shim: &Shim,
+    finalizers: Vec<String>,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": shim.resource_version(),
+    }});
+    shims
+        .patch(
+            &shim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn delete_ignoring_missing(api: &Api<RuntimeClass>, name: &str) -> Result<(), kube::Error> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
