@@ -11,7 +11,7 @@ use kube::Api;
 use kube::api::ListParams;
 use shim_agent::api::lease::ShimLease;
 use shim_agent::cluster::NAMESPACE;
-use shim_agent::cluster::coordinator;
+use shim_agent::cluster::coordinator::{self, SHIM_WRITES_AT_ONCE};
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
 
 use crate::support::agent_rig::{Rig, fast};
@@ -205,4 +205,63 @@ async fn two_shims_naming_one_runtime_class_both_report_the_conflict_until_one_g
     let _ = coordinator.await;
     rig.force_delete(a).await;
     let _ = classes.delete(class, &DeleteParams::default()).await;
+}
+
+/// A batch's finalizer, RuntimeClass and status writes go [`SHIM_WRITES_AT_ONCE`] Shims at a
+/// time, not all at once: with every RuntimeClass write held, that many are under way and no
+/// more. Sent all at once, a 50-Shim batch's 150 writes went side by side with its 50 slot
+/// creates, and the API server answered some of the slots 0.4 s late (BENCHMARKS.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coordinator_writes_a_few_shims_at_a_time() {
+    let _serial = SERIAL.lock().await;
+    let Some(rig) = Rig::new("coord-turns").await else {
+        return;
+    };
+    let shims: Vec<String> = (0..SHIM_WRITES_AT_ONCE + 2)
+        .map(|i| format!("coord-turns-{i:02}"))
+        .collect();
+    for s in &shims {
+        rig.fresh(s).await;
+    }
+    let docs: Vec<String> = shims
+        .iter()
+        .map(|s| shim_yaml(&rig.w, s, "1", ("test", "coord-turns")))
+        .collect();
+    let (ok, out) = rig.env.apply(&docs.join("---\n"));
+    assert!(ok, "{out}");
+    let held = Arc::new(AtomicUsize::new(0));
+    let (counted, node) = (held.clone(), rig.name.clone());
+    let client = observed_client_for(
+        &rig.env.coordinator_identity(),
+        move |mut req: http::Request<kube::client::Body>| {
+            let path = req.uri().path();
+            if req.method() == http::Method::PATCH && path.contains("/runtimeclasses/coord-turns-")
+            {
+                counted.fetch_add(1, Ordering::SeqCst);
+                hold_as_watch(&mut req, &node, HELD_SECS);
+            }
+            req
+        },
+    )
+    .await;
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = tokio::spawn(coordinator::run(client, rig.name.clone(), fast(), stop));
+    eventually(
+        HELD_SECS - 7,
+        "a turn's RuntimeClass writes under way",
+        || async { (held.load(Ordering::SeqCst) >= SHIM_WRITES_AT_ONCE).then_some(()) },
+    )
+    .await;
+    // every write that could start has started by now: the others wait for a turn
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        held.load(Ordering::SeqCst),
+        SHIM_WRITES_AT_ONCE,
+        "more Shims' writes under way at once than the coordinator allows"
+    );
+    let _ = stop_tx.send(true);
+    let _ = coordinator.await;
+    for s in &shims {
+        rig.fresh(s).await;
+    }
 }

@@ -17,6 +17,7 @@ mod agent_edges;
 mod api;
 mod bad_shims;
 mod coordinator_batch;
+mod events_paced;
 mod fleet;
 mod hooks;
 mod hooks_coordinator;

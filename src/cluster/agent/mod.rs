@@ -75,6 +75,8 @@ pub struct Agent<'n, 'a, R, H> {
     /// What it remembers between rounds.
     memory: Memory,
     recorder: Recorder,
+    /// Publishes the rounds' Events in the background.
+    events: crate::events::Sender,
     /// The round's Events, published at its end.
     outbox: Vec<(kube::runtime::events::Event, Vec<ObjectReference>)>,
 }
@@ -85,9 +87,11 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             controller: FIELD_MANAGER.into(),
             instance: Some(node_name.clone()),
         };
+        let recorder = Recorder::new(client.clone(), reporter);
         Agent {
             node,
-            recorder: Recorder::new(client.clone(), reporter),
+            events: crate::events::Sender::new(recorder.clone()),
+            recorder,
             client,
             node_name,
             node_wait: Duration::from_secs(60),

@@ -195,11 +195,11 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         self.outbox.push((ev, refs));
     }
 
-    /// The round's Events, all at once; failures to publish are logged at debug level only
+    /// The round's Events, sent in the background a few at a time
+    /// ([`crate::events::Sender`]); failures to publish are logged at debug level only
     /// (Events are best effort).
-    pub(super) async fn publish_events(&mut self) {
-        let batch = std::mem::take(&mut self.outbox);
-        crate::events::publish_all(&self.recorder, &batch).await;
+    pub(super) fn publish_events(&mut self) {
+        self.events.send(std::mem::take(&mut self.outbox));
     }
 }
 

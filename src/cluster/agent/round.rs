@@ -91,7 +91,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         // the way to the label (a committed change holds its slots a moment longer)
         tokio::join!(self.sync_node(current, &view, state, &plan), gate.finish());
         self.end_work(store, state, &work);
-        self.publish_events().await;
+        self.publish_events();
     }
 
     /// The caches and `shims.d` as the round reads them; `None` before this Node is known.
