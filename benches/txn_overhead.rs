@@ -5,7 +5,9 @@
 //! parsing, planning the config edit, journalling every phase with fsync, backups, placing
 //! the binary, writing the config atomically, committing. Target: under 50 ms.
 //!
-//! `cargo bench --bench txn_overhead` (env `TXN_BENCH_RUNS`, default 50).
+//! `cargo bench --bench txn_overhead` (env `TXN_BENCH_RUNS`, default 50; `TXN_BENCH_BYTES`,
+//! the shim's size, default 16 MiB; `TXN_BENCH_BATCH=K` also times K Shims in one
+//! transaction).
 
 use std::time::{Duration, Instant};
 
@@ -55,7 +57,11 @@ fn main() {
     // a real shim-sized binary (the agent's own, ~10 MB debug / ~5 MB release)
     // a shim-sized binary: a real ELF (/bin/true) padded to 16 MiB, about what a Wasm shim weighs
     let mut elf = std::fs::read("/bin/true").expect("read /bin/true");
-    elf.resize(16 << 20, 0);
+    let bytes = std::env::var("TXN_BENCH_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(16 << 20);
+    elf.resize(bytes.max(elf.len()), 0);
     let art = tmp.path().join("shim.tar");
     {
         let mut b = tar::Builder::new(std::fs::File::create(&art).expect("create"));
@@ -76,6 +82,16 @@ fn main() {
         art.display()
     );
     let shim = parse_shims(&yaml, "bench.yaml").expect("shim").remove(0);
+    let batch = std::env::var("TXN_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1);
+    let batch_shims: Vec<_> = (0..batch)
+        .map(|i| {
+            let y = yaml.replace("bench", &format!("bench-{i:02}"));
+            parse_shims(&y, "batch.yaml").expect("shim").remove(0)
+        })
+        .collect();
     let root = HostRoot::new(&rootdir).expect("root");
     let settings = Settings::default();
     let node = Node {
@@ -150,6 +166,59 @@ fn main() {
         overhead.iter().max().unwrap()
     );
     println!("install phases (median time of the step that reached each):");
+    for (p, ds) in phases {
+        println!("  {:<10} {:>8.2?}", format!("{p:?}"), median(ds));
+    }
+    if batch > 1 {
+        batch_runs(&rt, &node, &batch_shims, runs);
+    }
+}
+
+/// `TXN_BENCH_BATCH=K`: K Shims (one artifact, K handlers) installed in one transaction
+/// and uninstalled in another, `runs` times; the phases as above, and what no phase counts
+/// (planning the config and the journal before the slots are asked for).
+fn batch_runs(
+    rt: &tokio::runtime::Runtime,
+    node: &Node<'_, Instant0, Instant0>,
+    shims: &[shim_agent::api::Shim],
+    runs: usize,
+) {
+    let installs = || {
+        shims
+            .iter()
+            .map(|s| Change::Install(Box::new(s.clone())))
+            .collect::<Vec<_>>()
+    };
+    let uninstalls = || {
+        shims
+            .iter()
+            .map(|s| Change::Uninstall(s.metadata.name.clone().unwrap_or_default()))
+            .collect::<Vec<_>>()
+    };
+    let (mut install, mut uninstall, mut unphased) = (Vec::new(), Vec::new(), Vec::new());
+    let mut phases: std::collections::BTreeMap<Phase, Vec<Duration>> = Default::default();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let r = rt.block_on(node.apply(installs())).expect("batch install");
+        let total = t.elapsed();
+        assert_eq!(r.installed.len(), shims.len());
+        install.push(total);
+        unphased.push(total - r.phases.iter().map(|(_, d)| *d).sum::<Duration>());
+        for (p, d) in r.phases {
+            phases.entry(p).or_default().push(d);
+        }
+        let t = Instant::now();
+        rt.block_on(node.apply(uninstalls()))
+            .expect("batch uninstall");
+        uninstall.push(t.elapsed());
+    }
+    println!(
+        "batch of {}: install median {:>8.2?}  uninstall median {:>8.2?}  outside the phases (planning) median {:>8.2?}",
+        shims.len(),
+        median(install),
+        median(uninstall),
+        median(unphased)
+    );
     for (p, ds) in phases {
         println!("  {:<10} {:>8.2?}", format!("{p:?}"), median(ds));
     }

@@ -1,14 +1,15 @@
 //! Where a node's containerd config is changed, whatever the distro: the files containerd
 //! reads (main file and drop-ins), or the template a distro renders them from. One interface
 //! for the transaction engine: the handlers defined, a plan to add or remove one, and the
-//! view moved on by a plan (several changes of one transaction are planned in sequence).
+//! view moved on by a plan (several changes of one transaction are planned on one view).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::error::ConfigError;
 use super::io::{load_dropins, read_optional};
-use super::plan::{AddOptions, ConfigFile, ConfigSet, Plan, plan_add, plan_remove};
+use super::plan::{AddOptions, ConfigFile, ConfigSet, Plan};
+use super::register::{plan_add, plan_adds, plan_remove, plan_removes};
 use super::spec::RuntimeSpec;
 use super::template::{self, Dropins, TemplateSet};
 use crate::hostroot::HostRoot;
@@ -114,12 +115,61 @@ impl Current {
         }
     }
 
+    /// Plan registering every spec in order, each on the view the ones before it left.
+    /// Files: one parse, and one rendering of each file edited ([`plan_adds`]); should that
+    /// fail, the specs are planned again one at a time, so an error names the spec and the
+    /// file as [`plan_add`](Self::plan_add) does. Templates: one at a time. The plans are
+    /// to be combined; an error carries the index of its spec.
+    pub fn plan_adds(
+        &self,
+        specs: &[(RuntimeSpec, AddOptions)],
+    ) -> Result<Vec<Plan>, (usize, ConfigError)> {
+        if specs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Current::Files(set) = self
+            && let Ok(plan) = plan_adds(set, specs)
+        {
+            return Ok(vec![plan]);
+        }
+        let mut view = self.clone();
+        let mut plans = Vec::with_capacity(specs.len());
+        for (i, (spec, opts)) in specs.iter().enumerate() {
+            let plan = view.plan_add(spec, opts).map_err(|e| (i, e))?;
+            view.update(&plan);
+            plans.push(plan);
+        }
+        Ok(plans)
+    }
+
     /// Plan unregistering `handler`.
     pub fn plan_remove(&self, handler: &str) -> Result<Plan, ConfigError> {
         match self {
             Current::Files(set) => plan_remove(set, handler),
             Current::GoTemplate(t) => t.plan_remove(handler),
         }
+    }
+
+    /// Plan unregistering every handler in order, as [`plan_adds`](Self::plan_adds) plans
+    /// registering: one parse for files, one handler at a time for templates and to find
+    /// an error again.
+    pub fn plan_removes(&self, handlers: &[String]) -> Result<Vec<Plan>, (usize, ConfigError)> {
+        if handlers.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Current::Files(set) = self
+            && let Ok(plan) = plan_removes(set, handlers)
+        {
+            return Ok(vec![plan]);
+        }
+        let mut view = self.clone();
+        let mut plans = Vec::with_capacity(handlers.len());
+        for (i, h) in handlers.iter().enumerate() {
+            let plan = view.plan_remove(h).map_err(|e| (i, e))?;
+            view.update(&plan);
+            plans.push(plan);
+        }
+        Ok(plans)
     }
 
     /// Reflect a plan's results in this view.

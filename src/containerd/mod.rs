@@ -42,6 +42,7 @@ mod io;
 mod layout;
 mod marks;
 mod plan;
+mod register;
 mod schema;
 mod spec;
 pub mod template;
@@ -51,7 +52,7 @@ pub use inspect::{HandlerForm, HandlerInfo, Inspection, inspect};
 pub use io::{apply, load};
 pub use layout::{Current, Layout};
 pub use plan::{
-    AddOptions, ConfigFile, ConfigSet, DropinPolicy, FileChange, Plan, dropin_file_name, plan_add,
-    plan_remove,
+    AddOptions, ConfigFile, ConfigSet, DropinPolicy, FileChange, Plan, dropin_file_name,
 };
+pub use register::{plan_add, plan_adds, plan_remove, plan_removes};
 pub use spec::{RuntimeSpec, item_to_json, validate_handler_name};

@@ -37,6 +37,7 @@ use super::doc::Doc;
 use super::edit;
 use super::error::ConfigError;
 use super::plan::{self, ConfigFile, ConfigSet, FileChange, Plan};
+use super::register;
 use super::schema;
 pub use super::schema::Version;
 use super::spec::{self, RuntimeSpec};
@@ -257,7 +258,7 @@ impl TemplateSet {
         replace: bool,
     ) -> Result<Plan, ConfigError> {
         let mut plan =
-            plan::plan_add_generated(&self.config_set(d), spec, replace, &d.dir, &self.by)?;
+            register::plan_add_generated(&self.config_set(d), spec, replace, &d.dir, &self.by)?;
         if Self::agent_made_dir(d) {
             for c in &mut plan.changes {
                 if let (None, Some(after)) = (&c.before, &mut c.after)
@@ -275,7 +276,7 @@ impl TemplateSet {
     /// Plan removing the agent's drop-in of `handler` from `d.dir`; the directory goes too
     /// when the agent created it and nothing else is left in it.
     fn plan_remove_dropin(&self, d: &Dropins, handler: &str) -> Result<Plan, ConfigError> {
-        let mut plan = plan::plan_remove_generated(&self.config_set(d), handler, &self.by)?;
+        let mut plan = register::plan_remove_generated(&self.config_set(d), handler, &self.by)?;
         let dir_goes = plan.changes.iter().any(|c| {
             c.after.is_none()
                 && c.host_path.parent() == Some(d.dir.as_path())

@@ -92,24 +92,30 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         removes: &[InstalledShim],
     ) -> anyhow::Result<Plan> {
         let mut steps: Vec<Plan> = Vec::new();
-        for r in removes {
-            let p = current
-                .plan_remove(&r.handler)
-                .map_err(|e| TxnError::unprepared(&r.name, e.into()))?;
-            current.update(&p);
-            steps.push(p);
+        let handlers: Vec<String> = removes.iter().map(|r| r.handler.clone()).collect();
+        let plans = current.plan_removes(&handlers).map_err(|(i, e)| {
+            let name = removes.get(i).map(|r| r.name.as_str());
+            TxnError::unprepared(name.unwrap_or_default(), e.into())
+        })?;
+        for p in &plans {
+            current.update(p);
         }
-        for p in prepared {
-            let opts = AddOptions {
-                replace: p.previous.is_some(),
-                dropin: self.dropin_policy(),
-            };
-            let plan = current
-                .plan_add(&p.runtime, &opts)
-                .map_err(|e| TxnError::unprepared(&p.record.name, e.into()))?;
-            current.update(&plan);
-            steps.push(plan);
-        }
+        steps.extend(plans);
+        let adds: Vec<_> = prepared
+            .iter()
+            .map(|p| {
+                let opts = AddOptions {
+                    replace: p.previous.is_some(),
+                    dropin: self.dropin_policy(),
+                };
+                (p.runtime.clone(), opts)
+            })
+            .collect();
+        let plans = current.plan_adds(&adds).map_err(|(i, e)| {
+            let name = prepared.get(i).map(|p| p.record.name.as_str());
+            TxnError::unprepared(name.unwrap_or_default(), e.into())
+        })?;
+        steps.extend(plans);
         Ok(batch::combine(steps))
     }
 

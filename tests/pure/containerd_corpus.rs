@@ -20,7 +20,7 @@ fn corpus_dir() -> PathBuf {
     d
 }
 
-fn corpus_files() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn corpus_files() -> Vec<(String, Vec<u8>)> {
     let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(corpus_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -42,7 +42,7 @@ fn corpus_files() -> Vec<(String, Vec<u8>)> {
 const MAIN: &str = "/etc/containerd/config.toml";
 
 /// Files the engine must refuse, with the host path they are read at and the reason.
-const REFUSED: &[(&str, &str, &str)] = &[
+pub(crate) const REFUSED: &[(&str, &str, &str)] = &[
     (
         "aks-node-controller-containerd1.toml.gtpl",
         MAIN,
@@ -154,7 +154,7 @@ const DROPIN: &[(&str, &str)] = &[
     ),
 ];
 
-fn main_path_for(name: &str) -> &'static str {
+pub(crate) fn main_path_for(name: &str) -> &'static str {
     if name.starts_with("k0s-") {
         "/etc/k0s/containerd.toml"
     } else {

@@ -28,6 +28,7 @@ mod artifact_unpack;
 mod artifact_unpack_props;
 mod cli;
 mod cluster_plan;
+mod containerd_batch;
 mod containerd_corpus;
 mod containerd_errors;
 mod containerd_golden;
