@@ -366,9 +366,10 @@ fn report(agents: usize, mu: &str, restart: Duration, r: &FleetReport, m: &Measu
         by_resource(&total)
     );
     eprintln!(
-        "hand-off parts, {agents} agents, N = {n}: release → take {}, take → restart {}",
+        "hand-off parts, {agents} agents, N = {n}: release → take {}, take → restart {}; restart end → release {}",
         percentiles(&r.handoff_parts.0),
-        percentiles(&r.handoff_parts.1)
+        percentiles(&r.handoff_parts.1),
+        percentiles(&r.ends_to_release)
     );
     if !r.violations.is_empty() {
         eprintln!("violations: {:#?}", r.violations);

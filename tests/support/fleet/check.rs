@@ -71,6 +71,31 @@ impl Shared {
         (to_take, to_restart)
     }
 
+    /// Restart ends → the first release after each (not matched to an earlier end),
+    /// seconds: the node's steps after its restart, up to its slot going back.
+    pub fn ends_to_release(&self) -> Vec<f64> {
+        let mut ends: Vec<f64> = self
+            .stamped
+            .iter()
+            .filter(|x| x.1 < 0)
+            .map(|x| x.0)
+            .collect();
+        ends.sort_by(f64::total_cmp);
+        let mut releases = self.releases.clone();
+        releases.sort_by(f64::total_cmp);
+        let (mut j, mut out) = (0, Vec::new());
+        for e in ends {
+            while j < releases.len() && releases[j] < e {
+                j += 1;
+            }
+            if let Some(&r) = releases.get(j) {
+                out.push(r - e);
+                j += 1;
+            }
+        }
+        out
+    }
+
     /// (release, restart begins) pairs, in time order.
     fn matched(&self) -> Vec<(f64, f64)> {
         let mut starts: Vec<f64> = self
@@ -169,7 +194,10 @@ impl Restarting {
 impl Drop for Restarting {
     fn drop(&mut self) {
         relay(&self.shared, "R-", &super::procs::wall_ns().to_string());
-        note(&self.shared, self.t0, |s| s.restarting -= 1);
+        note(&self.shared, self.t0, |s| {
+            s.restarting -= 1;
+            s.stamped.push((self.t0.elapsed().as_secs_f64(), -1));
+        });
     }
 }
 

@@ -151,6 +151,8 @@ pub struct FleetReport {
     pub handoffs: Vec<f64>,
     /// The hand-offs in two parts: release → take, take → restart (`check::Shared::handoff_parts`).
     pub handoff_parts: (Vec<f64>, Vec<f64>),
+    /// Restart end → the slot's release, seconds (`check::Shared::ends_to_release`).
+    pub ends_to_release: Vec<f64>,
     /// The targeted nodes stamped on the slots as they first appeared.
     pub targeted: std::collections::BTreeSet<Option<String>>,
 }
@@ -455,6 +457,7 @@ pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
         timeline: s.timeline.clone(),
         handoffs: s.handoffs(),
         handoff_parts: s.handoff_parts(),
+        ends_to_release: s.ends_to_release(),
         targeted: s.targeted.clone(),
     }
 }
