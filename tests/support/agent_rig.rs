@@ -43,10 +43,7 @@ pub struct Rig {
 impl Rig {
     /// A Node `<test>-node` labelled `test=<test>`, and its kubelet identity.
     pub async fn new(test: &str) -> Option<Rig> {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
+        crate::support::kube::trace_to_test();
         let env = kube_env()?;
         let name = format!("{test}-node");
         env.create_node(&name, &[("test", test)]).await;
@@ -261,7 +258,15 @@ pub async fn with_agent_config<Fut: std::future::Future<Output = ()>>(
 ) {
     let n = cluster_node(&rig.w, f);
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let agent = session::run(&n, config, rx);
+    // an agent that ends before the body says so at once, in the test's output (a body that
+    // then times out waiting for it would otherwise hide why)
+    let agent = async {
+        let result = session::run(&n, config, rx).await;
+        if !*tx.borrow() {
+            eprintln!("the agent session ended before the test body: {result:?}");
+        }
+        result
+    };
     let body = async {
         body().await;
         let _ = tx.send(true);

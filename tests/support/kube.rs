@@ -34,6 +34,24 @@ pub fn kube_env() -> Option<&'static KubeEnv> {
     ENV.get_or_init(start).as_ref()
 }
 
+/// The agents' logs into each test's captured output, which libtest prints when the test
+/// fails: what the agents did at info level, and the coordinator's and the rollout hooks'
+/// decisions (`RUST_LOG` replaces this). One filter for the whole test process, whichever
+/// test comes first: a CI failure that showed error lines alone said nothing of what the
+/// agent was waiting for.
+pub fn trace_to_test() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "warn,shim_agent=info,shim_agent::cluster::coordinator=debug,shim_agent::hooks::rollout=debug",
+        )
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
+}
+
 /// Where kube-env's scripts are (`KUBE_ENV_DIR`, or the shared copy beside the repository).
 fn kube_env_dir() -> PathBuf {
     std::env::var_os("KUBE_ENV_DIR")

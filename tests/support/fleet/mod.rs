@@ -199,17 +199,7 @@ fn allow_inotify(agents: usize) {
 
 /// Run a whole rollout and report it.
 pub async fn run_fleet(env: &KubeEnv, cfg: &FleetConfig) -> FleetReport {
-    // the coordinator's and the hooks' decisions, shown with a failing test's output (the
-    // test writer is captured); RUST_LOG replaces this
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(
-            "error,shim_agent::cluster::coordinator=debug,shim_agent::cluster::coordinator::election=info,shim_agent::hooks::rollout=debug",
-        )
-    });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .try_init();
+    crate::support::kube::trace_to_test();
     allow_inotify(cfg.agents);
     if cfg.agents > cfg.per_process {
         assert!(
