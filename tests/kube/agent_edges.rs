@@ -30,6 +30,7 @@ async fn shims_applied_together_share_one_transaction_and_one_restart() {
         .iter()
         .map(|n| shim_yaml(&rig.w, n, "1", ("test", "ke-batch")))
         .collect();
+    let since = k8s_openapi::jiff::Timestamp::now();
     let (ok, out) = rig.env.apply(&docs.join("---\n"));
     assert!(ok, "{out}");
     let f = fake(&rig.w);
@@ -40,6 +41,23 @@ async fn shims_applied_together_share_one_transaction_and_one_restart() {
             })
             .await;
         }
+        // each Shim its Installed Event, and the Node one for the three
+        let on_node = eventually(30, "the Installed Events", || async {
+            for n in names {
+                if installed_events(&rig, n, since).await.len() != 1 {
+                    return None;
+                }
+            }
+            Some(installed_events(&rig, &rig.name, since).await).filter(|e| !e.is_empty())
+        })
+        .await;
+        assert_eq!(
+            on_node,
+            vec![format!(
+                "Installed for 3 Shims: {}; each Shim's own Event says more",
+                names.join(", ")
+            )]
+        );
     })
     .await;
     assert_eq!(
@@ -266,4 +284,24 @@ async fn a_batch_that_stops_waiting_gives_back_the_slots_it_took_unmarked() {
     for n in [a, b] {
         rig.force_delete(n).await;
     }
+}
+
+/// The notes of the Installed Events about `name` (a Shim or the Node) since `since`.
+async fn installed_events(
+    rig: &Rig,
+    name: &str,
+    since: k8s_openapi::jiff::Timestamp,
+) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(rig.admin.clone(), "default");
+    let list = events.list(&Default::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("Installed")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.event_time.as_ref().is_some_and(|t| t.0 >= since)
+        })
+        .filter_map(|e| e.note)
+        .collect()
 }

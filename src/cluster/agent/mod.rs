@@ -19,7 +19,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, watch as tokio_watch};
@@ -40,6 +39,7 @@ pub mod memory;
 mod node_sync;
 mod outcome;
 mod round;
+mod round_events;
 pub mod shim_cache;
 
 pub use memory::NODE_SYNC_RETRY_SECS;
@@ -78,7 +78,7 @@ pub struct Agent<'n, 'a, R, H> {
     /// Publishes the rounds' Events in the background.
     events: crate::events::Sender,
     /// The round's Events, published at its end.
-    outbox: Vec<(kube::runtime::events::Event, Vec<ObjectReference>)>,
+    outbox: round_events::RoundEvents,
 }
 
 impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
@@ -100,7 +100,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             startup_taint: None,
             shutdown: None,
             memory: Memory::default(),
-            outbox: Vec::new(),
+            outbox: round_events::RoundEvents::default(),
         }
     }
 

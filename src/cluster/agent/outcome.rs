@@ -177,7 +177,8 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
 
     /// An Event on the Shim (when it still exists) and on the Node, kept for the end of the
     /// round ([`Agent::publish_events`]): the Node's labels and state go out first, so a
-    /// batch's Events never hold up its labels.
+    /// batch's Events never hold up its labels; the Node gets one Event per kind for the
+    /// round's Shims ([`super::round_events`]).
     pub(super) fn emit(
         &mut self,
         cluster: &[Shim],
@@ -187,19 +188,19 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         reason: &str,
         note: String,
     ) {
-        let ev = crate::events::event(type_, reason, reason, &note);
-        let mut refs = vec![node.object_ref(&())];
-        if let Some(s) = cluster.iter().find(|s| s.name() == shim) {
-            refs.push(s.object_ref(&()));
-        }
-        self.outbox.push((ev, refs));
+        let on_shim = cluster
+            .iter()
+            .find(|s| s.name() == shim)
+            .map(|s| s.object_ref(&()));
+        self.outbox
+            .tell(shim, (type_, reason, note), node.object_ref(&()), on_shim);
     }
 
     /// The round's Events, sent in the background a few at a time
     /// ([`crate::events::Sender`]); failures to publish are logged at debug level only
     /// (Events are best effort).
     pub(super) fn publish_events(&mut self) {
-        self.events.send(std::mem::take(&mut self.outbox));
+        self.events.send(self.outbox.take_writes());
     }
 }
 
