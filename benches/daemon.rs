@@ -231,7 +231,7 @@ async fn bench() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         println!(
-            "50 Shims installed and labelled on 2 nodes in {:.1} s ({} and {} containerd restarts)",
+            "50 Shims installed and labelled on 2 nodes in {:.2} s ({} and {} containerd restarts)",
             t.elapsed().as_secs_f64(),
             fa.restarts.borrow(),
             fb.restarts.borrow()
