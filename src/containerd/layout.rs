@@ -124,22 +124,11 @@ impl Current {
         &self,
         specs: &[(RuntimeSpec, AddOptions)],
     ) -> Result<Vec<Plan>, (usize, ConfigError)> {
-        if specs.is_empty() {
-            return Ok(Vec::new());
-        }
-        if let Current::Files(set) = self
-            && let Ok(plan) = plan_adds(set, specs)
-        {
-            return Ok(vec![plan]);
-        }
-        let mut view = self.clone();
-        let mut plans = Vec::with_capacity(specs.len());
-        for (i, (spec, opts)) in specs.iter().enumerate() {
-            let plan = view.plan_add(spec, opts).map_err(|e| (i, e))?;
-            view.update(&plan);
-            plans.push(plan);
-        }
-        Ok(plans)
+        self.plan_each(
+            specs,
+            |set, specs| plan_adds(set, specs).ok(),
+            |view, (spec, opts)| view.plan_add(spec, opts),
+        )
     }
 
     /// Plan unregistering `handler`.
@@ -154,18 +143,34 @@ impl Current {
     /// registering: one parse for files, one handler at a time for templates and to find
     /// an error again.
     pub fn plan_removes(&self, handlers: &[String]) -> Result<Vec<Plan>, (usize, ConfigError)> {
-        if handlers.is_empty() {
+        self.plan_each(
+            handlers,
+            |set, handlers| plan_removes(set, handlers).ok(),
+            |view, h| view.plan_remove(h),
+        )
+    }
+
+    /// `items` planned together by `together` on files (one plan), or else (a template, or
+    /// an error to find again) one at a time by `one`, each on the view the ones before
+    /// left; an error names the item it came from.
+    fn plan_each<T>(
+        &self,
+        items: &[T],
+        together: impl FnOnce(&ConfigSet, &[T]) -> Option<Plan>,
+        one: impl Fn(&Current, &T) -> Result<Plan, ConfigError>,
+    ) -> Result<Vec<Plan>, (usize, ConfigError)> {
+        if items.is_empty() {
             return Ok(Vec::new());
         }
         if let Current::Files(set) = self
-            && let Ok(plan) = plan_removes(set, handlers)
+            && let Some(plan) = together(set, items)
         {
             return Ok(vec![plan]);
         }
         let mut view = self.clone();
-        let mut plans = Vec::with_capacity(handlers.len());
-        for (i, h) in handlers.iter().enumerate() {
-            let plan = view.plan_remove(h).map_err(|e| (i, e))?;
+        let mut plans = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let plan = one(&view, item).map_err(|e| (i, e))?;
             view.update(&plan);
             plans.push(plan);
         }
