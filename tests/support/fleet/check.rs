@@ -74,50 +74,17 @@ impl Shared {
     /// Restart ends → the first release after each (not matched to an earlier end),
     /// seconds: the node's steps after its restart, up to its slot going back.
     pub fn ends_to_release(&self) -> Vec<f64> {
-        let mut ends: Vec<f64> = self
-            .stamped
-            .iter()
-            .filter(|x| x.1 < 0)
-            .map(|x| x.0)
-            .collect();
-        ends.sort_by(f64::total_cmp);
-        let mut releases = self.releases.clone();
-        releases.sort_by(f64::total_cmp);
-        let (mut j, mut out) = (0, Vec::new());
-        for e in ends {
-            while j < releases.len() && releases[j] < e {
-                j += 1;
-            }
-            if let Some(&r) = releases.get(j) {
-                out.push(r - e);
-                j += 1;
-            }
-        }
-        out
+        let ends = self.stamped.iter().filter(|x| x.1 < 0).map(|x| x.0);
+        each_with_next(ends, self.releases.iter().copied())
+            .into_iter()
+            .map(|(e, r)| r - e)
+            .collect()
     }
 
     /// (release, restart begins) pairs, in time order.
     fn matched(&self) -> Vec<(f64, f64)> {
-        let mut starts: Vec<f64> = self
-            .stamped
-            .iter()
-            .filter(|x| x.1 > 0)
-            .map(|x| x.0)
-            .collect();
-        starts.sort_by(f64::total_cmp);
-        let mut releases = self.releases.clone();
-        releases.sort_by(f64::total_cmp);
-        let (mut j, mut out) = (0, Vec::new());
-        for r in releases {
-            while j < starts.len() && starts[j] < r {
-                j += 1;
-            }
-            if let Some(&s) = starts.get(j) {
-                out.push((r, s));
-                j += 1;
-            }
-        }
-        out
+        let starts = self.stamped.iter().filter(|x| x.1 > 0).map(|x| x.0);
+        each_with_next(self.releases.iter().copied(), starts)
     }
 
     /// The restart counts and the timeline from the workers' stamps in time order (their
@@ -370,4 +337,27 @@ impl Bound {
         let latest = self.latest.unwrap_or(c);
         Some(if c == latest { c } else { c.max(latest) })
     }
+}
+
+/// Each time of `from`, in time order, with the first time of `to` at or after it not paired
+/// with an earlier one (a `from` with none left is dropped).
+fn each_with_next(
+    from: impl Iterator<Item = f64>,
+    to: impl Iterator<Item = f64>,
+) -> Vec<(f64, f64)> {
+    let mut from: Vec<f64> = from.collect();
+    from.sort_by(f64::total_cmp);
+    let mut to: Vec<f64> = to.collect();
+    to.sort_by(f64::total_cmp);
+    let (mut j, mut out) = (0, Vec::new());
+    for f in from {
+        while j < to.len() && to[j] < f {
+            j += 1;
+        }
+        if let Some(&t) = to.get(j) {
+            out.push((f, t));
+            j += 1;
+        }
+    }
+    out
 }
