@@ -7,11 +7,11 @@
 use std::path::PathBuf;
 
 use shim_agent::containerd::{
-    AddOptions, ConfigFile, ConfigSet, DropinPolicy, RuntimeSpec, plan_add, plan_adds, plan_remove,
+    AddOptions, ConfigSet, DropinPolicy, RuntimeSpec, plan_add, plan_adds, plan_remove,
     plan_removes,
 };
 
-use crate::containerd_corpus::{REFUSED, corpus_files, main_path_for};
+use crate::containerd_corpus::editable_corpus_sets;
 use crate::support::containerd::*;
 
 /// Five new handlers, then the first again with another binary (a replace).
@@ -47,21 +47,7 @@ fn a_batch_planned_at_once_writes_what_one_at_a_time_writes() {
         DropinPolicy::Dir(PathBuf::from("conf.d")),
     ];
     let (mut same, mut refused) = (0, 0);
-    for (name, bytes) in corpus_files() {
-        let main_path = main_path_for(&name);
-        if REFUSED
-            .iter()
-            .any(|(n, h, _)| *n == name && *h == main_path)
-        {
-            continue;
-        }
-        let set = ConfigSet {
-            main: ConfigFile {
-                host_path: main_path.into(),
-                bytes,
-            },
-            dropins: vec![],
-        };
+    for (name, set) in editable_corpus_sets() {
         for dropin in &policies {
             let specs: Vec<(RuntimeSpec, AddOptions)> = batch()
                 .into_iter()

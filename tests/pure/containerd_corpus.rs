@@ -154,6 +154,28 @@ const DROPIN: &[(&str, &str)] = &[
     ),
 ];
 
+/// Every corpus config the engine edits (not one of [`REFUSED`]), as its file at the path it
+/// has on a node.
+pub(crate) fn editable_corpus_sets() -> Vec<(String, ConfigSet)> {
+    corpus_files()
+        .into_iter()
+        .filter_map(|(name, bytes)| {
+            let main_path = main_path_for(&name);
+            let refused = REFUSED
+                .iter()
+                .any(|(n, h, _)| *n == name && *h == main_path);
+            let set = ConfigSet {
+                main: ConfigFile {
+                    host_path: main_path.into(),
+                    bytes,
+                },
+                dropins: vec![],
+            };
+            (!refused).then_some((name, set))
+        })
+        .collect()
+}
+
 pub(crate) fn main_path_for(name: &str) -> &'static str {
     if name.starts_with("k0s-") {
         "/etc/k0s/containerd.toml"
@@ -189,21 +211,7 @@ fn refused_files_are_refused_for_their_reason_naming_the_file() {
 #[test]
 fn every_other_corpus_file_round_trips_add_then_remove() {
     let mut checked = 0;
-    for (name, bytes) in corpus_files() {
-        let main_path = main_path_for(&name);
-        if REFUSED
-            .iter()
-            .any(|(n, h, _)| *n == name && *h == main_path)
-        {
-            continue;
-        }
-        let set = ConfigSet {
-            main: ConfigFile {
-                host_path: main_path.into(),
-                bytes: bytes.clone(),
-            },
-            dropins: vec![],
-        };
+    for (name, set) in editable_corpus_sets() {
         let dropin = DROPIN.iter().find(|(n, _)| *n == name).map(|(_, d)| *d);
         check_add_remove_round_trip(&name, &set, &test_spec("wasmtest"), dropin);
         checked += 1;
