@@ -58,6 +58,19 @@ pub struct Report {
     pub phases: Vec<(Phase, Duration)>,
 }
 
+impl Report {
+    /// A step ended in `phase` after `took`: kept for the caller and logged at debug level,
+    /// so a timeline shows where a transaction's time went.
+    fn reached(&mut self, phase: Phase, took: Duration) {
+        tracing::debug!(
+            ?phase,
+            took_us = took.as_micros() as u64,
+            "transaction step done"
+        );
+        self.phases.push((phase, took));
+    }
+}
+
 /// The node: where things are and how to reach the world.
 pub struct Node<'a, R, H> {
     pub root: &'a HostRoot,
@@ -283,7 +296,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 return Err(e);
             }
         };
-        report.phases.push((Phase::Fetched, t0.elapsed()));
+        report.reached(Phase::Fetched, t0.elapsed());
 
         // Plan every config change on one evolving view of the files.
         let plan = match self.plan_all(current, &prepared, &removes) {
@@ -380,7 +393,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         self.take_slots(store, state, steps, kind, gate).await?;
         let t = Instant::now();
         self.stage(store, state, steps, kind, undo)?;
-        report.phases.push((Phase::Staged, t.elapsed()));
+        report.reached(Phase::Staged, t.elapsed());
         let t = Instant::now();
         if let Err(e) = self.apply_files(steps.prepared, steps.plan, undo) {
             return self
@@ -388,17 +401,17 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 .await;
         }
         self.event(store, state, Event::Applied)?;
-        report.phases.push((Phase::Applied, t.elapsed()));
+        report.reached(Phase::Applied, t.elapsed());
         let t = Instant::now();
         self.restart_containerd(store, state, steps, gate, report)
             .await?;
-        report.phases.push((Phase::Restarted, t.elapsed()));
+        report.reached(Phase::Restarted, t.elapsed());
         let t = Instant::now();
         self.verify_served(store, state, steps).await?;
-        report.phases.push((Phase::Verified, t.elapsed()));
+        report.reached(Phase::Verified, t.elapsed());
         let t = Instant::now();
         self.commit(store, state, report)?;
-        report.phases.push((Phase::Committed, t.elapsed()));
+        report.reached(Phase::Committed, t.elapsed());
         Ok(())
     }
 
@@ -450,7 +463,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             names.dedup();
             let waited = Instant::now();
             let acquired = gate.acquire(&names).await;
-            crate::telemetry::slot_waited(waited.elapsed());
+            let waited = waited.elapsed();
+            tracing::debug!(waited_us = waited.as_micros() as u64, "the gate answered");
+            crate::telemetry::slot_waited(waited);
             if let Err(e) = acquired {
                 state.journal = None;
                 store.save(state)?;
