@@ -1,5 +1,5 @@
-//! A Shim's own writes, as a round planned them ([`plan::ShimActions`]): the finalizer in,
-//! the RuntimeClass, the status, the finalizer out. They run off the coordinator's loop, one
+//! A Shim's own writes, as a round planned them ([`plan::ShimActions`]): the finalizer in
+//! beside the RuntimeClass, then the status, the finalizer out. They run off the coordinator's loop, one
 //! Shim's at a time, so that a slow reply (a RuntimeClass apply took 200-500 ms under a
 //! batch) never holds back the next round's slots: those are what nodes wait on.
 
@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::error::CoordinatorError;
@@ -22,6 +23,11 @@ pub(super) struct ShimWriter {
     client: Client,
     /// When each Shim's status was last written (the lock is never held across an await).
     last_status_write: Arc<Mutex<BTreeMap<String, Instant>>>,
+    /// [`super::SHIM_WRITES_AT_ONCE`] turns for finalizer and status writes, shared by the
+    /// tasks...
+    turns: Arc<Semaphore>,
+    /// ...and [`super::CLASS_WRITES_AT_ONCE`] for RuntimeClass writes.
+    class_turns: Arc<Semaphore>,
 }
 
 impl ShimWriter {
@@ -29,6 +35,8 @@ impl ShimWriter {
         ShimWriter {
             client,
             last_status_write: Default::default(),
+            turns: Arc::new(Semaphore::new(super::SHIM_WRITES_AT_ONCE)),
+            class_turns: Arc::new(Semaphore::new(super::CLASS_WRITES_AT_ONCE)),
         }
     }
 
@@ -40,17 +48,34 @@ impl ShimWriter {
     ) -> Result<Option<Instant>, CoordinatorError> {
         use CoordinatorError as E;
         let shims = Api::<Shim>::all(self.client.clone());
-        if actions.add_finalizer {
+        // the finalizer and the class side by side: neither needs the other (the class is
+        // the Shim's by its owner reference, which the garbage collector follows without
+        // the finalizer), and a Shim's writes take one round trip less
+        let finalizer = async {
+            if !actions.add_finalizer {
+                return Ok(());
+            }
+            let _turn = self.turns.acquire().await;
             let mut finalizers = shim.finalizers().to_vec();
             finalizers.push(FINALIZER.into());
             set_finalizers(&shims, shim, finalizers)
                 .await
-                .map_err(E::finalizer)?;
-        }
-        self.write_class(shim, actions.runtime_class)
-            .await
-            .map_err(E::runtime_class)?;
+                .map_err(E::finalizer)
+        };
+        let class = async {
+            if matches!(actions.runtime_class, plan::ClassAction::Keep) {
+                return Ok(());
+            }
+            let _turn = self.class_turns.acquire().await;
+            self.write_class(shim, actions.runtime_class)
+                .await
+                .map_err(E::runtime_class)
+        };
+        let (finalizer, class) = tokio::join!(finalizer, class);
+        finalizer?;
+        class?;
         if let plan::StatusAction::Write(status) = actions.status {
+            let _turn = self.turns.acquire().await;
             write_status(&shims, shim, &status)
                 .await
                 .map_err(E::status)?;
@@ -58,6 +83,7 @@ impl ShimWriter {
                 .insert(shim.name_any(), Instant::now());
         }
         if actions.remove_finalizer {
+            let _turn = self.turns.acquire().await;
             let finalizers = shim.finalizers().iter().filter(|f| *f != FINALIZER);
             set_finalizers(&shims, shim, finalizers.cloned().collect())
                 .await
