@@ -64,8 +64,8 @@ const ROUND_QUIET_MAX: Duration = Duration::from_millis(50);
 /// with its 50 slot creates, and the API server answered some of those slots 0.4 s late; a
 /// controller keeps its writes in bounds (client-go: 5 a second, bursts of 10). Under one
 /// limit of eight for all three kinds, the RuntimeClasses of a 50-Shim batch waited behind
-/// the finalizers and statuses of the Shims before them (all 50 applied 0.98-1.24 s after
-/// the creates; 0.80-1.13 s apart).
+/// the finalizers and statuses of the Shims before them: all 50 applied a median 1.18 s
+/// after the creates, 0.96 s apart (BENCHMARKS.md, the daemon benchmark).
 pub const SHIM_WRITES_AT_ONCE: usize = 2;
 /// RuntimeClass writes made at once, apart from the others: a pod of the class is refused
 /// at admission until its class exists, so a class never waits behind another Shim's
