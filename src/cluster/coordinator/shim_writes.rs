@@ -1,7 +1,8 @@
 //! A Shim's own writes, as a round planned them ([`plan::ShimActions`]): the finalizer in
-//! beside the RuntimeClass, then the status, the finalizer out. They run off the coordinator's loop, one
-//! Shim's at a time, so that a slow reply (a RuntimeClass apply took 200-500 ms under a
-//! batch) never holds back the next round's slots: those are what nodes wait on.
+//! beside the RuntimeClass, then the status, the finalizer out. They run off the
+//! coordinator's loop, one Shim's at a time, so that a slow reply (a RuntimeClass apply took
+//! 200-500 ms under a batch) never holds back the next round's slots: those are what nodes
+//! wait on.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
