@@ -301,34 +301,42 @@ pub fn claim_delay(node_uid: &str, shim: &str, seen: &str, max: Duration) -> Dur
 pub enum Claim {
     /// It already holds this one (a restarted agent adopts its own slot).
     Adopt(u32),
-    /// Take this free open slot.
-    Take(u32),
+    /// Take one of these free open slots, tried in this order: never empty. A node whose
+    /// claim a rival won (a 409) tries the next: it then watches from its list's version,
+    /// which brings only what changed after the list, so a free slot the list showed and
+    /// nobody touched since would not come again.
+    Take(Vec<u32>),
     /// Nothing to take: wait for a slot reserved for this node.
     Wait,
 }
 
 /// The claim of node `me` given the slots it sees: one it holds; else a free open slot
-/// reserved for it; else, when `unreserved` (few rivals), the first free open slot reserved
-/// for nobody in `order` (this node's rendezvous order, so nodes claiming at once spread).
+/// reserved for it; else, when `unreserved` (few rivals), the free open slots reserved for
+/// nobody in `order` (this node's rendezvous order, so nodes claiming at once spread), after
+/// its reserved one if it has one.
 pub fn claim(me: &str, slots: &[Slot], order: &[u32], unreserved: bool) -> Claim {
     if let Some(s) = slots.iter().find(|s| s.holder.as_deref() == Some(me)) {
         return Claim::Adopt(s.index);
     }
     let takeable = |s: &&Slot| s.is_free() && s.is_open();
-    if let Some(s) = slots
+    let reserved = slots
         .iter()
         .filter(takeable)
         .find(|s| s.reserved.as_deref() == Some(me))
-    {
-        return Claim::Take(s.index);
-    }
-    order
+        .map(|s| s.index);
+    let free = order
         .iter()
         .filter(|_| unreserved)
         .filter_map(|i| slots.iter().find(|s| s.index == *i))
         .filter(takeable)
-        .find(|s| s.reserved.is_none())
-        .map_or(Claim::Wait, |s| Claim::Take(s.index))
+        .filter(|s| s.reserved.is_none())
+        .map(|s| s.index);
+    let tries: Vec<u32> = reserved.into_iter().chain(free).collect();
+    if tries.is_empty() {
+        Claim::Wait
+    } else {
+        Claim::Take(tries)
+    }
 }
 
 #[cfg(test)]

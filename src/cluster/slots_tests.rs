@@ -156,10 +156,28 @@ fn a_restarted_agent_adopts_its_own_slot_before_taking_another() {
     mine.closed = Some("halted".into());
     let slots = vec![slot(0, None), mine];
     assert_eq!(claim("me", &slots, &[0], true), Claim::Adopt(4));
-    assert_eq!(claim("you", &slots, &[0, 4], true), Claim::Take(0));
+    assert_eq!(claim("you", &slots, &[0, 4], true), Claim::Take(vec![0]));
     let mut closed = slot(0, None);
     closed.closed = Some("budget".into());
     assert_eq!(claim("you", &[closed], &[0], true), Claim::Wait);
+}
+
+/// A claim a rival wins (a 409) moves on to the next free slot the list showed: the node's
+/// watch from that list's version would never bring a slot nobody touched since.
+#[test]
+fn with_few_rivals_a_node_may_try_every_free_open_slot_in_its_own_order() {
+    let mut closed = slot(1, None);
+    closed.closed = Some("budget".into());
+    let slots = vec![slot(0, None), closed, slot(2, Some("x")), slot(3, None)];
+    assert_eq!(
+        claim("me", &slots, &[3, 2, 1, 0], true),
+        Claim::Take(vec![3, 0])
+    );
+    assert_eq!(
+        claim("me", &slots, &[0, 1, 2, 3], true),
+        Claim::Take(vec![0, 3])
+    );
+    assert_eq!(claim("me", &slots, &[0, 1, 2, 3], false), Claim::Wait);
 }
 
 #[test]
@@ -175,9 +193,13 @@ fn a_node_takes_the_slot_reserved_for_it_and_never_one_reserved_for_another() {
         slot(2, None),
     ];
     // its own reservation first, whatever its rendezvous order
-    assert_eq!(claim("me", &slots, &[0, 2, 1], false), Claim::Take(1));
+    assert_eq!(claim("me", &slots, &[0, 2, 1], false), Claim::Take(vec![1]));
+    assert_eq!(
+        claim("me", &slots, &[0, 2, 1], true),
+        Claim::Take(vec![1, 2])
+    );
     // an unreserved slot only with few rivals, and never another's
-    assert_eq!(claim("you", &slots, &[0, 2], true), Claim::Take(2));
+    assert_eq!(claim("you", &slots, &[0, 2], true), Claim::Take(vec![2]));
     assert_eq!(claim("you", &slots, &[0, 2], false), Claim::Wait);
     assert_eq!(claim("you", &slots[..1], &[0], true), Claim::Wait);
     // reserved for it but still held: wait for the release

@@ -35,6 +35,7 @@ mod retain;
 mod runtime_class;
 mod shim_cache;
 mod slot_batch;
+mod slot_claims;
 mod slot_hints;
 mod slot_orphans;
 mod slots;

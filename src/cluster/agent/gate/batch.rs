@@ -124,32 +124,37 @@ impl<'a> SlotGate<'a> {
         // every slot, in this node's rendezvous order (so nodes trying at once spread out)
         let order = candidates(&self.my_uid, &name, n, n as usize, &Default::default());
         let few = self.few_rivals(shim, leases);
-        let i = match claim(&self.me, &slots, &order, few) {
-            Claim::Adopt(i) | Claim::Take(i) => i,
+        let tries = match claim(&self.me, &slots, &order, few) {
+            Claim::Adopt(i) => vec![i],
+            Claim::Take(tries) => tries,
             Claim::Wait => return None,
         };
-        let lease = leases
-            .iter()
-            .find(|l| slot_of(shim, l).is_some_and(|s| s.index == i))?;
-        match self
-            .api
-            .replace(
-                &lease.name_any(),
-                &PostParams::default(),
-                &self.taken(lease.clone()),
-            )
-            .await
-        {
-            Ok(l) => {
-                tracing::info!(shim = %name, slot = i, "took a rollout slot (batch)");
-                Some(l)
-            }
-            Err(e) if gone(&e) => None,
-            Err(e) => {
-                tracing::debug!(shim = %name, slot = i, "cannot take the slot: {e}");
-                None
+        // a rival first to one: the next
+        for i in tries {
+            let lease = leases
+                .iter()
+                .find(|l| slot_of(shim, l).is_some_and(|s| s.index == i))?;
+            match self
+                .api
+                .replace(
+                    &lease.name_any(),
+                    &PostParams::default(),
+                    &self.taken(lease.clone()),
+                )
+                .await
+            {
+                Ok(l) => {
+                    tracing::info!(shim = %name, slot = i, "took a rollout slot (batch)");
+                    return Some(l);
+                }
+                Err(e) if gone(&e) => {}
+                Err(e) => {
+                    tracing::debug!(shim = %name, slot = i, "cannot take the slot: {e}");
+                    return None;
+                }
             }
         }
+        None
     }
 }
 

@@ -30,7 +30,7 @@ use super::{SlotGate, gone};
 use crate::api::Shim;
 use crate::api::lease::{SLOT_RESERVED_LABEL, ShimLease};
 use crate::cluster::reservations::slots_have_few_rivals;
-use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_of};
+use crate::cluster::slots::{Claim, SLOT_SHIM_LABEL, claim, claim_delay, slot_of};
 use crate::txn::error::GateError;
 
 /// How soon a node lists again when its watch did not start.
@@ -150,17 +150,15 @@ impl SlotGate<'_> {
         }
     }
 
-    /// Whether `lease` is a slot of `shim` this node may take now: free, open, and reserved
-    /// for it (or for nobody, with few rivals).
+    /// Whether `lease` is a slot of `shim` this node may take now, as [`claim`] decides from
+    /// its list: free, open, and reserved for it (or for nobody, with few rivals); or held by
+    /// it already (an adopt that a write of the coordinator beat: without it, the node
+    /// waited beside its own slot until its relist).
     pub(super) fn mine_to_take(&self, shim: &Shim, lease: &ShimLease, few_rivals: bool) -> bool {
-        let Some(s) = slot_of(shim, lease) else {
-            return false;
-        };
-        let for_me = match s.reserved.as_deref() {
-            Some(r) => r == self.me,
-            None => few_rivals,
-        };
-        s.is_free() && s.is_open() && for_me
+        slot_of(shim, lease).is_some_and(|s| {
+            let i = s.index;
+            claim(&self.me, &[s], &[i], few_rivals) != Claim::Wait
+        })
     }
 
     /// Take `lease`: `None` when another node was quicker (a 409), or it went (a 404).

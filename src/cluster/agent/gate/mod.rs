@@ -268,18 +268,19 @@ impl<'a> SlotGate<'a> {
             let at_once = match claim(&self.me, &slots, &order, few) {
                 Claim::Adopt(i) => {
                     tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
-                    Some(i)
+                    vec![i]
                 }
-                // reserved for this node, or few rivals: take it now (a 409: list again)
-                Claim::Take(i) => Some(i),
-                Claim::Wait => None,
+                // reserved for this node, or few rivals: take one now, the next when a
+                // rival was first to one (the watch below brings no slot left as listed)
+                Claim::Take(tries) => tries,
+                Claim::Wait => Vec::new(),
             };
-            // a rival was first, or the list was behind: the watch from the list's version
-            // brings what changed, where a list again could show the same
-            if let Some(i) = at_once
-                && let Some(l) = self.take_now(shim, i, &leases).await?
-            {
-                return Ok(l);
+            // a rival was first to each, or the list was behind: the watch from the list's
+            // version brings what changed, where a list again could show the same
+            for i in at_once {
+                if let Some(l) = self.take_now(shim, i, &leases).await? {
+                    return Ok(l);
+                }
             }
             crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
             let reserved = slots
