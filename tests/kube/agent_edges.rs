@@ -148,6 +148,8 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
     let mut f = fake(&rig.w);
     f.fail_restarts = vec![1]; // the first restart fails; the rollback's restart works
     let original = support::live::config(&rig.w);
+    // this run's Events (a CI run's second pass finds the first pass's too)
+    let since = k8s_openapi::jiff::Timestamp::now();
     with_agent(&rig, &f, || async {
         rig.env
             .apply(&shim_yaml(&rig.w, shim, "1", ("test", "ke-rollback")));
@@ -159,7 +161,7 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
         assert!(state.contains("RolledBack"), "{state}");
         assert_eq!(rig.label(shim).await, None);
         eventually(30, "a RolledBack Event on the Shim", || async {
-            rig.events_about(shim)
+            rig.events_since(shim, since)
                 .await
                 .iter()
                 .any(|(r, n)| r == "RolledBack" && n.contains("rolled back"))
@@ -190,8 +192,8 @@ async fn a_failed_restart_is_rolled_back_reported_as_failed_and_an_upgrade_is_an
         rig.env
             .apply(&shim_yaml(&rig.w, shim, "3", ("test", "ke-rollback")));
         eventually(30, "Upgraded Events on the Shim and the Node", || async {
-            let on_shim = rig.events_about(shim).await;
-            let on_node = rig.events_about(&rig.name).await;
+            let on_shim = rig.events_since(shim, since).await;
+            let on_node = rig.events_since(&rig.name, since).await;
             (on_shim.iter().any(|(r, _)| r == "Upgraded")
                 && on_node.iter().any(|(r, _)| r == "Upgraded"))
             .then_some(())

@@ -160,10 +160,19 @@ impl Rig {
         Some((c.status, c.reason.unwrap_or_default()))
     }
 
-    /// The Events regarding `name` (any kind), as (reason, note).
-    pub async fn events_about(&self, name: &str) -> Vec<(String, String)> {
+    /// The Events regarding `name` (any kind) last seen at `since` or later, as (reason,
+    /// note): a test's own, not those of an earlier run on the same cluster.
+    pub async fn events_since(
+        &self,
+        name: &str,
+        since: k8s_openapi::jiff::Timestamp,
+    ) -> Vec<(String, String)> {
         let events: Api<k8s_openapi::api::events::v1::Event> =
             Api::namespaced(self.admin.clone(), "default");
+        let last_seen = |e: &k8s_openapi::api::events::v1::Event| {
+            let series = e.series.as_ref().map(|s| s.last_observed_time.0);
+            series.or(e.event_time.as_ref().map(|t| t.0))
+        };
         events
             .list(&Default::default())
             .await
@@ -171,6 +180,7 @@ impl Rig {
             .unwrap_or_default()
             .into_iter()
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| last_seen(e).is_some_and(|t| t >= since))
             .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
             .collect()
     }
@@ -186,8 +196,9 @@ impl Rig {
         let rcs = Api::<RuntimeClass>::all(self.admin.clone());
         let _ = rcs.delete(shim, &DeleteParams::default()).await;
         eventually(30, "the old Shim and RuntimeClass gone", || async {
-            (self.shim(shim).await.is_none() && rcs.get_opt(shim).await.unwrap().is_none())
-                .then_some(())
+            // a read that fails (a loaded API server's timeout) is asked again
+            let class_gone = rcs.get_opt(shim).await.ok()?.is_none();
+            (self.shim(shim).await.is_none() && class_gone).then_some(())
         })
         .await;
     }
