@@ -16,9 +16,8 @@
 
 use futures_util::future::join_all;
 use kube::ResourceExt;
-use kube::api::PostParams;
 
-use super::{SlotGate, gone};
+use super::SlotGate;
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
 use crate::cluster::lease_edits;
@@ -131,23 +130,9 @@ impl<'a> SlotGate<'a> {
         };
         // a rival first to one: the next
         for i in tries {
-            let lease = leases
-                .iter()
-                .find(|l| slot_of(shim, l).is_some_and(|s| s.index == i))?;
-            match self
-                .api
-                .replace(
-                    &lease.name_any(),
-                    &PostParams::default(),
-                    &self.taken(lease.clone()),
-                )
-                .await
-            {
-                Ok(l) => {
-                    tracing::info!(shim = %name, slot = i, "took a rollout slot (batch)");
-                    return Some(l);
-                }
-                Err(e) if gone(&e) => {}
+            match self.take_now(shim, i, leases).await {
+                Ok(Some(l)) => return Some(l),
+                Ok(None) => {}
                 Err(e) => {
                     tracing::debug!(shim = %name, slot = i, "cannot take the slot: {e}");
                     return None;
