@@ -1,13 +1,15 @@
 //! One answer to "does this change do real work on this node?", pure: the engine decides
-//! what to fetch and restart with it, the agent what to announce, gate and blame.
+//! what to fetch and restart with it ([`sort`] splits a batch by it), the agent what to
+//! announce, gate and blame.
 //!
 //! A Shim whose record, installed binary and handler are all in place at the same spec is
 //! unchanged; the same spec with its binary or handler gone is a drift repair.
 
 use std::collections::BTreeSet;
 
+use super::error::{TxnError, TxnReason};
 use crate::api::Shim;
-use crate::state::{NodeState, Origin};
+use crate::state::{InstalledShim, NodeState, Origin};
 
 /// One requested change.
 #[derive(Debug, Clone)]
@@ -105,6 +107,57 @@ pub fn real_work(changes: &[Change], state: &NodeState, facts: &HostFacts) -> Ve
         .filter(|c| classify(c, state, facts).is_real())
         .map(|c| change_name(c).to_string())
         .collect()
+}
+
+/// A batch's changes that do work.
+pub(super) struct Sorted {
+    pub(super) installs: Vec<(Box<Shim>, Origin)>,
+    pub(super) removes: Vec<InstalledShim>,
+    /// Every install only repairs drift.
+    pub(super) repair: bool,
+}
+
+/// The changes that do work, as installs and removes (the rest are reported unchanged);
+/// a handler another Shim holds refuses the batch.
+pub(super) fn sort(
+    changes: Vec<Change>,
+    state: &NodeState,
+    facts: &HostFacts,
+    origin: Origin,
+    unchanged: &mut Vec<String>,
+) -> Result<Sorted, TxnError> {
+    let mut installs = Vec::new();
+    let mut removes = Vec::new();
+    let mut repair = true;
+    for c in changes {
+        let work = classify(&c, state, facts);
+        let (shim, origin) = match c {
+            Change::Install(s) => (s, origin),
+            Change::InstallAs(s, o) => (s, o),
+            Change::Uninstall(name) => {
+                match state.shims.get(&name) {
+                    Some(rec) => removes.push(rec.clone()),
+                    None => unchanged.push(name),
+                }
+                continue;
+            }
+        };
+        if work == Work::Unchanged {
+            unchanged.push(shim.name().to_string());
+            continue;
+        }
+        repair &= work == Work::Repair;
+        if let Some(other) = handler_owner(state, &shim) {
+            let message = handler_in_use_message(&shim, other);
+            return Err(TxnError::new(TxnReason::HandlerInUse, message).blaming(shim.name()));
+        }
+        installs.push((shim, origin));
+    }
+    Ok(Sorted {
+        installs,
+        removes,
+        repair,
+    })
 }
 
 #[cfg(test)]

@@ -29,23 +29,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::classify::{Change, HostFacts, Work, classify, handler_in_use_message, handler_owner};
+use super::classify::{Change, HostFacts, Sorted, sort};
 use super::error::{StepError, TxnError, TxnReason};
-use super::files::{Undo, backups_dir, stage_backups};
+use super::files::{Undo, stage_backups};
 use super::machine::{self, Event, Next};
 use super::notices;
 use super::ports::{Gate, HealthCheck, Restarter, Ungated};
-use super::record::{merge_config_records, now_secs, sha256_hex};
-use super::retain;
-use crate::api::Shim;
-use crate::artifact::{self, Platform};
+use super::record::now_secs;
+use crate::artifact::Platform;
 use crate::containerd::{Current, DropinPolicy, Plan, RuntimeSpec};
 use crate::hostroot::HostRoot;
 use crate::profile::Profile;
 use crate::settings::Settings;
-use crate::state::{
-    ConfigRecord, InstalledShim, Journal, NodeState, Origin, Phase, StateStore, TxnKind,
-};
+use crate::state::{InstalledShim, Journal, NodeState, Origin, Phase, StateStore, TxnKind};
 
 /// What a transaction did, with the time of each phase (for the overhead benchmark).
 #[derive(Debug, Clone, Default)]
@@ -89,14 +85,6 @@ struct Steps<'a> {
     removes: &'a [InstalledShim],
     plan: &'a Plan,
     /// Every change only repairs drift.
-    repair: bool,
-}
-
-/// A batch's changes that do work.
-struct Sorted {
-    installs: Vec<(Box<Shim>, Origin)>,
-    removes: Vec<InstalledShim>,
-    /// Every install only repairs drift.
     repair: bool,
 }
 
@@ -186,18 +174,6 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok((store, state))
     }
 
-    pub(super) fn close(
-        &self,
-        store: &StateStore,
-        state: &mut NodeState,
-        j: &Journal,
-    ) -> anyhow::Result<()> {
-        state.journal = None;
-        store.save(state)?;
-        let _ = std::fs::remove_dir_all(backups_dir(store.dir(), &j.id));
-        Ok(())
-    }
-
     pub(super) fn event(
         &self,
         store: &StateStore,
@@ -270,7 +246,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let t0 = Instant::now();
         let current = self.load_config()?;
         let facts = self.host_facts_of(&current, state);
-        let sorted = self.sort_changes(changes, state, &facts, &mut report)?;
+        let sorted = sort(changes, state, &facts, self.origin, &mut report.unchanged)?;
         let Sorted {
             installs,
             removes,
@@ -332,51 +308,6 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             }
         }
         result.map(|()| report)
-    }
-
-    /// The changes that do work, as installs and removes (the rest are reported unchanged);
-    /// a handler another Shim holds refuses the batch.
-    fn sort_changes(
-        &self,
-        changes: Vec<Change>,
-        state: &NodeState,
-        facts: &HostFacts,
-        report: &mut Report,
-    ) -> anyhow::Result<Sorted> {
-        let mut installs = Vec::new();
-        let mut removes = Vec::new();
-        let mut repair = true;
-        for c in changes {
-            let work = classify(&c, state, facts);
-            let (shim, origin) = match c {
-                Change::Install(s) => (s, self.origin),
-                Change::InstallAs(s, o) => (s, o),
-                Change::Uninstall(name) => {
-                    match state.shims.get(&name) {
-                        Some(rec) => removes.push(rec.clone()),
-                        None => report.unchanged.push(name),
-                    }
-                    continue;
-                }
-            };
-            if work == Work::Unchanged {
-                report.unchanged.push(shim.name().to_string());
-                continue;
-            }
-            repair &= work == Work::Repair;
-            if let Some(other) = handler_owner(state, &shim) {
-                let message = handler_in_use_message(&shim, other);
-                return Err(TxnError::new(TxnReason::HandlerInUse, message)
-                    .blaming(shim.name())
-                    .into());
-            }
-            installs.push((shim, origin));
-        }
-        Ok(Sorted {
-            installs,
-            removes,
-            repair,
-        })
     }
 
     /// The journalled steps of one transaction, from Planned to Committed.
@@ -564,84 +495,6 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             return self.fail(store, state, e.into()).await;
         }
         self.event(store, state, Event::Verified)
-    }
-
-    pub(super) fn commit(
-        &self,
-        store: &StateStore,
-        state: &mut NodeState,
-        report: &mut Report,
-    ) -> anyhow::Result<()> {
-        let Some(j) = state.journal.clone() else {
-            return Ok(());
-        };
-        let mut old = Vec::new();
-        for name in j
-            .shims
-            .iter()
-            .filter(|n| !j.pending.iter().any(|p| &p.name == *n))
-        {
-            if let Some(rec) = state.shims.remove(name) {
-                report.removed.push(name.clone());
-                old.push(rec);
-            }
-        }
-        for mut rec in j.pending.clone() {
-            let prev = state.shims.get(&rec.name).cloned();
-            let files: Vec<ConfigRecord> = j
-                .backups
-                .iter()
-                .filter(|b| !b.path.starts_with(artifact::SHIMS_DIR))
-                .map(|b| ConfigRecord {
-                    path: b.path.clone(),
-                    sha256_before: b.sha256.clone(),
-                    sha256_after: self
-                        .root
-                        .resolve(&b.path)
-                        .ok()
-                        .and_then(|l| std::fs::read(l).ok())
-                        .map(|x| sha256_hex(&x)),
-                })
-                .collect();
-            rec.config_files = merge_config_records(prev.as_ref(), files);
-            if let Some(p) = prev
-                && p.binary != rec.binary
-            {
-                old.push(p);
-            }
-            report.installed.push(rec.name.clone());
-            state.shims.insert(rec.name.clone(), rec);
-        }
-        // The replaced versions are recorded in the same write as the commit: they go only
-        // once no containerd task runs through them (retain.rs).
-        let versions: Vec<(String, String)> = old
-            .iter()
-            .map(|r| (r.name.clone(), r.artifact_sha256.clone()))
-            .collect();
-        retain::retire(state, &versions, now_secs());
-        self.event(store, state, Event::Committed)?;
-        self.close(store, state, &j)?;
-        let installed: Vec<InstalledShim> = j
-            .pending
-            .iter()
-            .filter_map(|p| state.shims.get(&p.name).cloned())
-            .collect();
-        let removed: Vec<InstalledShim> = old
-            .iter()
-            .filter(|r| !state.shims.contains_key(&r.name))
-            .cloned()
-            .collect();
-        notices::committed(&j, &installed, &removed);
-        self.collect_after(store, state);
-        Ok(())
-    }
-
-    /// Collect retained versions after a transaction ended; a failure is logged (the
-    /// transaction's outcome stands, the next collection tries again).
-    pub(super) fn collect_after(&self, store: &StateStore, state: &mut NodeState) {
-        if let Err(e) = self.collect_retained(store, state) {
-            tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! - [`machine`]: the pure core (phases, transitions, recovery decisions);
 //! - [`classify`]: the pure answer to "does this change do real work?";
 //! - [`error`]: the typed outcome of a failed transaction;
-//! - [`engine`]: the shell that performs each step ([`Node::apply`]);
+//! - [`engine`]: the shell that performs each step ([`Node::apply`]); `commit`: its end;
 //! - [`recovery`]: interrupted transactions finished or undone, failed ones rolled back;
 //! - [`ports`]: the restart and health ports, and the image root's own ([`NoRestart`],
 //!   [`DeferredVerification`]); [`real`]: systemd over D-Bus and containerd's CRI;
@@ -17,6 +17,7 @@
 pub mod batch;
 pub mod classify;
 mod collect;
+mod commit;
 pub mod engine;
 pub mod error;
 pub mod files;
