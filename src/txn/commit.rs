@@ -46,24 +46,25 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 old.push(rec);
             }
         }
+        // the config files as the transaction left them, read and hashed once for the batch
+        let files: Vec<ConfigRecord> = j
+            .backups
+            .iter()
+            .filter(|b| !b.path.starts_with(artifact::SHIMS_DIR))
+            .map(|b| ConfigRecord {
+                path: b.path.clone(),
+                sha256_before: b.sha256.clone(),
+                sha256_after: self
+                    .root
+                    .resolve(&b.path)
+                    .ok()
+                    .and_then(|l| std::fs::read(l).ok())
+                    .map(|x| sha256_hex(&x)),
+            })
+            .collect();
         for mut rec in j.pending.clone() {
             let prev = state.shims.get(&rec.name).cloned();
-            let files: Vec<ConfigRecord> = j
-                .backups
-                .iter()
-                .filter(|b| !b.path.starts_with(artifact::SHIMS_DIR))
-                .map(|b| ConfigRecord {
-                    path: b.path.clone(),
-                    sha256_before: b.sha256.clone(),
-                    sha256_after: self
-                        .root
-                        .resolve(&b.path)
-                        .ok()
-                        .and_then(|l| std::fs::read(l).ok())
-                        .map(|x| sha256_hex(&x)),
-                })
-                .collect();
-            rec.config_files = merge_config_records(prev.as_ref(), files);
+            rec.config_files = merge_config_records(prev.as_ref(), files.clone());
             if let Some(p) = prev
                 && p.binary != rec.binary
             {
