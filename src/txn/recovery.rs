@@ -20,8 +20,10 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     /// [`Node::recover`], where a restart of containerd needs the rollout slots of the
     /// journal's Shims, renewed right before it (the slot the node still holds from before
     /// it stopped is adopted). Without them nothing is restarted and the journal stays open
-    /// for the next start. A journal rolled back counts as a failure (its slot stays,
-    /// marked); one rolled forward releases its slot.
+    /// for the next start. A journal recorded as restarted is checked first, without a slot,
+    /// and its slots are taken only when the check fails, before the rollback restarts
+    /// containerd. A journal rolled back counts as a failure (its slot stays, marked); one
+    /// rolled forward releases its slot.
     pub async fn recover_gated<G: Gate>(
         &self,
         store: &StateStore,
@@ -57,22 +59,14 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             Recovery::RollBackAndRestart | Recovery::RollForward(Phase::Applied)
         );
         if restarts {
-            let mut names = j.shims.clone();
-            names.sort();
-            names.dedup();
-            let slot = match gate.acquire(&names).await {
-                Ok(()) => gate.renew().await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = slot {
-                bail!(
-                    "recovering transaction {} needs a restart of containerd, and the rollout slot could not be renewed first: {e}; nothing was restarted, the journal stays open for the next start",
-                    j.id
-                );
-            }
+            slot_for_restart(gate, j).await?;
         }
-        let result = self.recover_action(store, state, j, action).await;
-        if restarts {
+        // a check that fails after a restart rolls back with another: it takes the slot then
+        let mut gated = restarts;
+        let result = self
+            .recover_action(store, state, j, action, gate, &mut gated)
+            .await;
+        if gated {
             match (&result, action) {
                 (Ok(()), Recovery::RollForward(_)) => gate.release().await,
                 (Ok(()), _) => {
@@ -88,12 +82,14 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         result
     }
 
-    async fn recover_action(
+    async fn recover_action<G: Gate>(
         &self,
         store: &StateStore,
         state: &mut NodeState,
         j: &Journal,
         action: Recovery,
+        gate: &G,
+        gated: &mut bool,
     ) -> anyhow::Result<()> {
         match action {
             Recovery::Discard | Recovery::Close => self.close(store, state, j)?,
@@ -116,6 +112,11 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 }
                 if matches!(phase, Phase::Applied | Phase::Restarted) {
                     if let Err(e) = self.verify_journal(j).await {
+                        if !*gated {
+                            // the rollback restarts containerd: not without the slot
+                            slot_for_restart(gate, j).await?;
+                            *gated = true;
+                        }
                         return self.fail(store, state, e.into()).await;
                     }
                     self.event(store, state, Event::Verified)?;
@@ -278,4 +279,24 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         }
         (present, absent)
     }
+}
+
+/// The rollout slots of `j`'s Shims, taken (the node's own still-held slot adopted) and
+/// renewed right before a recovery restarts containerd; without them the recovery stops
+/// there, nothing restarted, and the journal stays open for the next start.
+async fn slot_for_restart<G: Gate>(gate: &G, j: &Journal) -> anyhow::Result<()> {
+    let mut names = j.shims.clone();
+    names.sort();
+    names.dedup();
+    let slot = match gate.acquire(&names).await {
+        Ok(()) => gate.renew().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = slot {
+        bail!(
+            "recovering transaction {} needs a restart of containerd, and the rollout slot could not be renewed first: {e}; nothing was restarted, the journal stays open for the next start",
+            j.id
+        );
+    }
+    Ok(())
 }

@@ -302,3 +302,97 @@ fn recovery_restarts_containerd_only_after_renewing_the_slot() {
     assert!(st.journal.is_none());
     assert!(st.shims.contains_key("spin"));
 }
+
+/// As [`interrupted_at_applied`], then stopped once containerd restarted with the new files
+/// and the journal said so (before the check).
+fn interrupted_at_restarted(w: &World, f: &FakeContainerd) {
+    interrupted_at_applied(w, f);
+    *f.restarts.borrow_mut() += 1;
+    f.reread_config();
+    let n = node(w, f);
+    let (store, mut state) = n.open_unrecovered().unwrap();
+    if let Some(j) = state.journal.as_mut() {
+        j.phase = Phase::Restarted;
+    }
+    store.save(&state).unwrap();
+}
+
+#[test]
+fn a_recovered_restart_is_checked_without_a_slot_and_committed() {
+    let w = world();
+    let f = fake(&w);
+    interrupted_at_restarted(&w, &f);
+    let g = FakeGate::default();
+    block(async {
+        let n = node(&w, &f);
+        let (store, mut state) = n.open_unrecovered().unwrap();
+        n.recover_gated(&store, &mut state, &g).await.unwrap();
+    });
+    assert!(g.calls.borrow().is_empty(), "{:?}", g.calls.borrow());
+    assert_eq!(
+        *f.restarts.borrow(),
+        1,
+        "no restart beyond the one recorded"
+    );
+    let st = state(&w);
+    assert!(st.journal.is_none());
+    assert!(st.shims.contains_key("spin"));
+}
+
+#[test]
+fn a_recovered_restart_whose_check_fails_takes_its_slot_before_the_rollback_and_marks_it() {
+    let w = world();
+    let f = FakeContainerd {
+        fail_verifies: vec![1],
+        ..fake(&w)
+    };
+    interrupted_at_restarted(&w, &f);
+    let g = FakeGate::default();
+    let e = block(async {
+        let n = node(&w, &f);
+        let (store, mut state) = n.open_unrecovered().unwrap();
+        n.recover_gated(&store, &mut state, &g).await.unwrap_err()
+    });
+    assert_eq!(outcome(&e).0, "RolledBack", "{e:#}");
+    let calls = g.calls.borrow();
+    assert_eq!(calls[..2], ["acquire spin", "renew"], "{calls:?}");
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert!(
+        calls[2].starts_with("failed: ") && calls[2].contains("CRI"),
+        "the slot is marked with the failure: {calls:?}"
+    );
+    assert_eq!(*f.restarts.borrow(), 2, "the rollback's restart");
+    let st = state(&w);
+    assert!(st.journal.is_none());
+    assert!(!st.shims.contains_key("spin"));
+}
+
+#[test]
+fn a_recovered_restart_whose_check_fails_without_a_slot_restarts_nothing_and_stays_open() {
+    let w = world();
+    let f = FakeContainerd {
+        fail_verifies: vec![1],
+        ..fake(&w)
+    };
+    interrupted_at_restarted(&w, &f);
+    let g = FakeGate {
+        refuse_renew: true,
+        ..Default::default()
+    };
+    let e = block(async {
+        let n = node(&w, &f);
+        let (store, mut state) = n.open_unrecovered().unwrap();
+        n.recover_gated(&store, &mut state, &g).await.unwrap_err()
+    });
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("rollout slot could not be renewed") && e.contains("nothing was restarted"),
+        "{e}"
+    );
+    assert_eq!(
+        *f.restarts.borrow(),
+        1,
+        "no restart without a fresh renewal"
+    );
+    assert_eq!(state(&w).journal.map(|j| j.phase), Some(Phase::Restarted));
+}
