@@ -143,11 +143,22 @@ impl Rig {
         self.node().await.labels().get(&node_label(shim)).cloned()
     }
 
+    /// The Shim as the API server has it; a read that fails (a loaded API server's timeout) is
+    /// asked again, a few times, before the test fails with it.
     pub async fn shim(&self, name: &str) -> Option<Shim> {
-        Api::<Shim>::all(self.admin.clone())
-            .get_opt(name)
-            .await
-            .unwrap()
+        let api = Api::<Shim>::all(self.admin.clone());
+        let mut tries = 0;
+        loop {
+            match api.get_opt(name).await {
+                Ok(s) => return s,
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    eprintln!("reading Shim {name} failed ({e}); asking again");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("reading Shim {name}: {e}"),
+            }
+        }
     }
 
     pub async fn condition(&self, shim: &str, type_: &str) -> Option<(String, String)> {
