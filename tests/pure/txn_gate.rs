@@ -237,6 +237,24 @@ fn a_failure_says_its_reason_the_phase_it_reached_and_the_ports_typed_cause() {
 
 /// A journal left at Applied (config written, containerd not yet restarted): the agent was
 /// stopped while it renewed its slot.
+/// Recover with a gate whose renewal fails: the error says nothing was restarted.
+fn recovery_without_a_renewal(w: &World, f: &FakeContainerd) {
+    let g = FakeGate {
+        refuse_renew: true,
+        ..Default::default()
+    };
+    let e = block(async {
+        let n = node(w, f);
+        let (store, mut state) = n.open_unrecovered().unwrap();
+        n.recover_gated(&store, &mut state, &g).await.unwrap_err()
+    });
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("rollout slot could not be renewed") && e.contains("nothing was restarted"),
+        "{e}"
+    );
+}
+
 fn interrupted_at_applied(w: &World, f: &FakeContainerd) {
     let g = FakeGate {
         hang_renew: true,
@@ -265,20 +283,7 @@ fn recovery_restarts_containerd_only_after_renewing_the_slot() {
     interrupted_at_applied(&w, &f);
 
     // at the next start the renewal fails: nothing restarts, the journal stays for later
-    let g = FakeGate {
-        refuse_renew: true,
-        ..Default::default()
-    };
-    let e = block(async {
-        let n = node(&w, &f);
-        let (store, mut state) = n.open_unrecovered().unwrap();
-        n.recover_gated(&store, &mut state, &g).await.unwrap_err()
-    });
-    let e = format!("{e:#}");
-    assert!(
-        e.contains("rollout slot could not be renewed") && e.contains("nothing was restarted"),
-        "{e}"
-    );
+    recovery_without_a_renewal(&w, &f);
     assert_eq!(
         *f.restarts.borrow(),
         0,
@@ -375,20 +380,7 @@ fn a_recovered_restart_whose_check_fails_without_a_slot_restarts_nothing_and_sta
         ..fake(&w)
     };
     interrupted_at_restarted(&w, &f);
-    let g = FakeGate {
-        refuse_renew: true,
-        ..Default::default()
-    };
-    let e = block(async {
-        let n = node(&w, &f);
-        let (store, mut state) = n.open_unrecovered().unwrap();
-        n.recover_gated(&store, &mut state, &g).await.unwrap_err()
-    });
-    let e = format!("{e:#}");
-    assert!(
-        e.contains("rollout slot could not be renewed") && e.contains("nothing was restarted"),
-        "{e}"
-    );
+    recovery_without_a_renewal(&w, &f);
     assert_eq!(
         *f.restarts.borrow(),
         1,
