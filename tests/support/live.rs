@@ -28,6 +28,10 @@ pub struct FakeContainerd {
     /// Verify calls (1-based) that fail as if CRI were broken.
     pub fail_verifies: Vec<u32>,
     pub verifies: RefCell<u32>,
+    /// Verify calls (1-based) that never answer (the agent stops while it checks).
+    pub hang_verifies: Vec<u32>,
+    /// A verify call is hanging now.
+    pub hanging: RefCell<bool>,
     /// How long a restart takes.
     pub restart_delay: std::time::Duration,
 }
@@ -86,6 +90,10 @@ impl Restarter for &FakeContainerd {
 impl HealthCheck for &FakeContainerd {
     async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), NodeError> {
         *self.verifies.borrow_mut() += 1;
+        if self.hang_verifies.contains(&self.verifies.borrow()) {
+            *self.hanging.borrow_mut() = true;
+            std::future::pending::<()>().await;
+        }
         if self.fail_verifies.contains(&self.verifies.borrow()) {
             return Err(NodeError::CriUnavailable {
                 socket: "/run/containerd/containerd.sock".into(),
