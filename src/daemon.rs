@@ -128,7 +128,7 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     node: &Node<'_, R, H>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let (store, mut state) = node.open().await?;
+    let (store, mut state) = node.open_serving().await?;
     let crashed = crate::crashes::count(&mut state, crate::txn::record::now_secs());
     if !crashed.is_empty() {
         store.save(&state)?;

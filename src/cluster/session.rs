@@ -90,7 +90,8 @@ pub async fn run<R: Restarter, H: HealthCheck>(
         let client = connect::client(&config.source).await?;
         tracing::info!(source = %config.source, node = %config.node_name, "connecting to the cluster");
         if state.journal.is_some() {
-            recover(node, &client, &config, &store, &mut state, &shutdown).await?;
+            let recovered = recover(node, &client, &config, &store, &mut state, &shutdown).await;
+            crate::txn::recovery::going_on_after(recovered, &state)?;
         }
         if let Err(e) = node.collect_retained(&store, &mut state) {
             tracing::warn!("cannot collect replaced shim versions yet: {e:#}");

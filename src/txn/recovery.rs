@@ -17,6 +17,16 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         self.recover_gated(store, state, &Ungated).await
     }
 
+    /// [`open`](Self::open) for a service: a transaction its recovery rolled back is logged
+    /// and the service goes on ([`going_on_after`]).
+    pub async fn open_serving(&self) -> anyhow::Result<(StateStore, NodeState)> {
+        let (store, mut state) = self.open_unrecovered()?;
+        let recovered = self.recover(&store, &mut state).await;
+        going_on_after(recovered, &state)?;
+        self.collect_after(&store, &mut state);
+        Ok((store, state))
+    }
+
     /// [`Node::recover`], where a restart of containerd needs the rollout slots of the
     /// journal's Shims, renewed right before it (the slot the node still holds from before
     /// it stopped is adopted). Without them nothing is restarted and the journal stays open
@@ -299,4 +309,20 @@ async fn slot_for_restart<G: Gate>(gate: &G, j: &Journal) -> anyhow::Result<()> 
         );
     }
     Ok(())
+}
+
+/// What a service makes of its recovery at start: a journal the recovery closed was rolled
+/// back (the host is as it was before the change, the failure marked on its slots), so the
+/// service goes on and logs why, and its rounds try the change again; a journal still open
+/// (the rollback failed, or no slot for its restart) ends the start with the error.
+pub fn going_on_after(recovered: anyhow::Result<()>, state: &NodeState) -> anyhow::Result<()> {
+    match recovered {
+        Err(e) if state.journal.is_none() => {
+            tracing::error!(
+                "recovering the transaction the last stop interrupted ended in an error; its journal is closed, so the agent goes on: {e:#}"
+            );
+            Ok(())
+        }
+        other => other,
+    }
 }

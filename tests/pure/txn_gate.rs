@@ -388,3 +388,27 @@ fn a_recovered_restart_whose_check_fails_without_a_slot_restarts_nothing_and_sta
     );
     assert_eq!(state(&w).journal.map(|j| j.phase), Some(Phase::Restarted));
 }
+
+#[test]
+fn the_static_daemon_goes_on_after_a_recovery_that_rolled_back() {
+    let w = world();
+    let f = FakeContainerd {
+        fail_verifies: vec![1],
+        ..fake(&w)
+    };
+    interrupted_at_restarted(&w, &f);
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let ended = block(async {
+        let n = node(&w, &f);
+        tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            shim_agent::daemon::run(&n, rx),
+        )
+        .await
+    });
+    assert!(ended.is_err(), "the daemon still runs: {ended:?}");
+    assert_eq!(*f.restarts.borrow(), 2, "the rollback's restart");
+    let st = state(&w);
+    assert!(st.journal.is_none());
+    assert!(!st.shims.contains_key("spin"));
+}
