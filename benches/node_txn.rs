@@ -115,6 +115,8 @@ async fn bench(env: &NodeEnv, runs: usize) -> Figures {
         health: CriHealth {
             cri: env.cri.clone(),
             timeout: VERIFY_TIMEOUT,
+            check: shim_agent::txn::real::check_place(&root, &settings)
+                .expect("the check's directory under the node's root"),
         },
     };
 

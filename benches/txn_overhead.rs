@@ -26,6 +26,32 @@ impl Restarter for Instant0 {
     }
 }
 impl HealthCheck for Instant0 {
+    async fn prove(
+        &self,
+        checks: &[shim_agent::node::check::HandlerCheck],
+    ) -> Result<Vec<shim_agent::node::check::CheckReport>, Vec<(String, shim_agent::node::NodeError)>>
+    {
+        // the bench measures the engine's own overhead: every runtime runs at once
+        let at_once = std::time::Duration::ZERO;
+        Ok(checks
+            .iter()
+            .map(|c| shim_agent::node::check::CheckReport {
+                handler: c.handler.clone(),
+                sandbox: at_once,
+                container: None,
+                total: at_once,
+            })
+            .collect())
+    }
+    async fn sweep_checks(&self) -> Result<usize, shim_agent::node::NodeError> {
+        Ok(0)
+    }
+    async fn sandbox_ready(&self) -> Result<(), shim_agent::node::NodeError> {
+        Ok(())
+    }
+    async fn runtime_version(&self) -> Option<String> {
+        None
+    }
     async fn verify(
         &self,
         _present: &[String],

@@ -25,7 +25,7 @@ use crate::api::Shim;
 use crate::retry::Retries;
 use crate::state::{NodeState, StateStore};
 use crate::statics::{
-    FILE_SETTLE_MILLIS, adopt_pending, read_static_shims, static_changes, watch, watched_paths,
+    Adoption, FILE_SETTLE_MILLIS, read_static_shims, static_changes, watch, watched_paths,
 };
 use crate::txn::{HealthCheck, Node, Restarter};
 
@@ -134,12 +134,18 @@ pub async fn run<R: Restarter, H: HealthCheck>(
         store.save(&state)?;
         tracing::error!(shims = ?crashed, "the agent stopped during a round working on {}: counted as a crash of each", crashed.join(", "));
     }
-    adopt_pending(&node.health, &store, &mut state).await?;
+    let mut adoption = Adoption::default();
+    adoption
+        .run_if_due(&node.health, &store, &mut state)
+        .await?;
     let (tx, mut events) = mpsc::channel::<()>(16);
     let _watcher = watch(&watched_paths(node), tx)?;
     crate::telemetry::ready();
     let mut retries = Retries::default();
     loop {
+        adoption
+            .run_if_due(&node.health, &store, &mut state)
+            .await?;
         let failing = match reconcile(node, &store, &mut state, &mut retries).await {
             Ok(_) => Vec::new(),
             Err(e) => {
@@ -168,6 +174,10 @@ pub async fn run<R: Restarter, H: HealthCheck>(
         });
         if let Some(r) = next_retry {
             next = next.min(r.max(Duration::from_millis(FILE_SETTLE_MILLIS)));
+        }
+        if let Some(a) = adoption.next_due() {
+            let left = a.saturating_duration_since(tokio::time::Instant::now());
+            next = next.min(left.max(Duration::from_millis(FILE_SETTLE_MILLIS)));
         }
         tokio::select! {
             _ = shutdown.changed() => return Ok(()),

@@ -22,6 +22,7 @@ pub struct Settings {
     pub node: NodeSettings,
     pub containerd: ContainerdSettings,
     pub fetch: FetchSettings,
+    pub check: CheckSettings,
     pub paths: PathSettings,
     pub kubernetes: KubernetesSettings,
     pub log: LogSettings,
@@ -112,6 +113,30 @@ impl Default for FetchSettings {
             attempts: 4,
             registry_token_file: String::new(),
             ca_file: String::new(),
+        }
+    }
+}
+
+/// How a new shim is proven to work before it is committed (docs/design.md §3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CheckSettings {
+    /// Start a pod sandbox through every new handler (and the Shim's check container) before
+    /// the commit. `false` takes containerd listing the handler as enough: a shim that
+    /// cannot run is then labelled and every pod sent to the node fails (not recommended).
+    pub sandbox: bool,
+    /// How long getting the sandbox image, `RunPodSandbox` and its status may take.
+    pub sandbox_timeout_secs: u64,
+    /// How long the shim may take to answer `-v` in the preflight.
+    pub version_timeout_secs: u64,
+}
+
+impl Default for CheckSettings {
+    fn default() -> Self {
+        CheckSettings {
+            sandbox: true,
+            sandbox_timeout_secs: 120,
+            version_timeout_secs: 10,
         }
     }
 }
@@ -381,6 +406,14 @@ impl Settings {
             ("fetch.max-unpacked-bytes", self.fetch.max_unpacked_bytes),
             ("fetch.max-entries", self.fetch.max_entries),
             ("fetch.attempts", u64::from(self.fetch.attempts)),
+            (
+                "check.sandbox-timeout-secs",
+                self.check.sandbox_timeout_secs,
+            ),
+            (
+                "check.version-timeout-secs",
+                self.check.version_timeout_secs,
+            ),
             (
                 "kubernetes.lease-duration-secs",
                 self.kubernetes.lease_duration_secs,

@@ -8,7 +8,8 @@
 //! - Only Shims that came from `shims.d` are removed when their file goes; offline and CLI
 //!   installs are left alone.
 //! - Offline installs pending verification are adopted once containerd serves their handler
-//!   ([`adopt_pending`]).
+//!   and it runs a pod sandbox ([`adopt_pending`]); one that fails is checked again later
+//!   ([`Adoption`]).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -69,38 +70,94 @@ pub fn static_changes(desired: &[Shim], state: &NodeState, blocked: bool) -> Vec
     out
 }
 
-/// Adopt offline installs: a pending shim whose handler containerd serves becomes installed.
+/// When pre-baked shims that failed their check are checked again: first after
+/// [`ADOPT_RETRY_FIRST_SECS`], doubling to [`ADOPT_RETRY_MOST_SECS`].
+pub const ADOPT_RETRY_FIRST_SECS: u64 = 60;
+pub const ADOPT_RETRY_MOST_SECS: u64 = 600;
+
+/// The adoption of offline installs over a run: at start, then again with backoff while a
+/// pending shim fails its check (both run modes keep one).
+#[derive(Debug, Default)]
+pub struct Adoption {
+    next: Option<tokio::time::Instant>,
+    pause: std::time::Duration,
+}
+
+impl Adoption {
+    /// Adopt what is pending when it is due (at once the first time): see [`adopt_pending`].
+    pub async fn run_if_due<H: HealthCheck>(
+        &mut self,
+        health: &H,
+        store: &StateStore,
+        state: &mut NodeState,
+    ) -> anyhow::Result<()> {
+        let now = tokio::time::Instant::now();
+        if self.next.is_some_and(|n| n > now) {
+            return Ok(());
+        }
+        let failed = adopt_pending(health, store, state).await?;
+        if failed == 0 {
+            self.next = None;
+            self.pause = std::time::Duration::ZERO;
+        } else {
+            let first = std::time::Duration::from_secs(ADOPT_RETRY_FIRST_SECS);
+            let most = std::time::Duration::from_secs(ADOPT_RETRY_MOST_SECS);
+            self.pause = (self.pause * 2).clamp(first, most);
+            self.next = Some(now + self.pause);
+        }
+        Ok(())
+    }
+
+    /// When the next try is due, while one is.
+    pub fn next_due(&self) -> Option<tokio::time::Instant> {
+        self.next
+    }
+}
+
+/// Adopt offline installs: a pending shim becomes installed once containerd serves its
+/// handler and the handler runs a pod sandbox (and the shim's check container): installed is
+/// not working, and a pre-baked shim is proven on the node before its label can follow. One
+/// that fails stays pending (never labelled), its reason logged; how many failed.
 pub async fn adopt_pending<H: HealthCheck>(
     health: &H,
     store: &StateStore,
     state: &mut NodeState,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<usize> {
     let pending: Vec<String> = state
         .shims
         .values()
         .filter(|s| s.state == ShimState::PendingVerification)
         .map(|s| s.name.clone())
         .collect();
-    let mut changed = false;
+    let (mut changed, mut failed) = (false, 0);
     for name in pending {
         let Some(rec) = state.shims.get_mut(&name) else {
             continue;
         };
-        match health.verify(std::slice::from_ref(&rec.handler), &[]).await {
-            Ok(()) => {
-                tracing::info!(shim = %name, handler = %rec.handler, "adopted an offline install: containerd serves it");
+        if let Err(e) = health.verify(std::slice::from_ref(&rec.handler), &[]).await {
+            tracing::warn!(shim = %name, "offline install not served by containerd yet: {e}");
+            failed += 1;
+            continue;
+        }
+        let checks = crate::txn::prove::handler_checks(std::slice::from_ref(rec));
+        match health.prove(&checks).await {
+            Ok(_) => {
+                tracing::info!(shim = %name, handler = %rec.handler, "adopted an offline install: containerd serves it and it ran a pod sandbox");
                 rec.state = ShimState::Installed;
                 changed = true;
             }
-            Err(e) => {
-                tracing::warn!(shim = %name, "offline install not served by containerd yet: {e}")
+            Err(errors) => {
+                for (_, e) in errors {
+                    tracing::error!(shim = %name, reason = e.reason(), "offline install not adopted: it does not work on this node ({e}); it stays pending-verification, unlabelled, and is checked again later");
+                }
+                failed += 1;
             }
         }
     }
     if changed {
         store.save(state)?;
     }
-    Ok(())
+    Ok(failed)
 }
 
 /// Paths whose changes start a round.

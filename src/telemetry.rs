@@ -70,6 +70,17 @@ struct ShimLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    result: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckStepLabels {
+    step: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HookNameLabels {
     hook: &'static str,
 }
@@ -89,6 +100,8 @@ pub struct Metrics {
     coordinator_errors: Family<StepLabels, Counter>,
     hook_calls: Family<HookLabels, Counter>,
     hook_seconds: Family<HookNameLabels, Histogram>,
+    runtime_checks: Family<CheckLabels, Counter>,
+    runtime_check_seconds: Family<CheckStepLabels, Histogram>,
 }
 
 fn seconds_buckets() -> Histogram {
@@ -173,8 +186,24 @@ impl Metrics {
             "Latency of ShimExtension hook calls, by hook",
             hook_seconds.clone(),
         );
+        let runtime_checks = Family::<CheckLabels, Counter>::default();
+        registry.register(
+            "runtime_checks",
+            "Checks that a new shim works before it is committed (the preflight of its binary, a pod sandbox through its handler, its check container), by result (passed, failed) and reason (MissingLibraries, ShimDoesNotRun, NoSandboxImage, SandboxCheckFailed, CheckImageUnavailable, ContainerCheckFailed, ...)",
+            runtime_checks.clone(),
+        );
+        let runtime_check_seconds = Family::<CheckStepLabels, Histogram>::new_with_constructor(
+            seconds_buckets as fn() -> _,
+        );
+        registry.register(
+            "runtime_check_duration_seconds",
+            "Time of the passed runtime checks, by step (sandbox: RunPodSandbox to ready; container: the check container; total: the whole check with its cleanup)",
+            runtime_check_seconds.clone(),
+        );
         Metrics {
             registry,
+            runtime_checks,
+            runtime_check_seconds,
             hook_calls,
             hook_seconds,
             transactions,
@@ -277,6 +306,27 @@ pub fn hook_called(hook: &'static str, result: &'static str, took: Duration) {
         .hook_seconds
         .get_or_create(&HookNameLabels { hook })
         .observe(took.as_secs_f64());
+}
+
+/// A runtime check ended: `reason` is empty when it passed.
+pub fn runtime_checked(reason: &'static str) {
+    let result = if reason.is_empty() {
+        "passed"
+    } else {
+        "failed"
+    };
+    metrics()
+        .runtime_checks
+        .get_or_create(&CheckLabels { result, reason })
+        .inc();
+}
+
+/// How long a passed runtime check's `step` took (`sandbox`, `container`, `total`).
+pub fn runtime_check_took(step: &'static str, d: Duration) {
+    metrics()
+        .runtime_check_seconds
+        .get_or_create(&CheckStepLabels { step })
+        .observe(d.as_secs_f64());
 }
 
 /// A watch failed and is being retried.

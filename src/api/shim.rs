@@ -59,6 +59,10 @@ pub struct ShimSpec {
     /// How many nodes restart containerd at the same time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_strategy: Option<RolloutStrategy>,
+    /// How a node proves the installed shim works, beyond a pod sandbox. Not part of the
+    /// spec hash: changing only the check reinstalls nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckSpec>,
 }
 
 /// How the agent fetches the shim artifact.
@@ -71,6 +75,8 @@ pub struct ShimSpec {
         .message("fetchStrategy of type oci needs fetchStrategy.oci.reference"),
     validation = Rule::new("!has(self.platforms) || self.platforms.size() > 0")
         .message("fetchStrategy.platforms must list at least one platform when set"),
+    validation = Rule::new("!has(self.platforms) || self.platforms.all(p, self.platforms.exists_one(q, q.os == p.os && q.arch == p.arch && (has(q.containerd) ? q.containerd : '') == (has(p.containerd) ? p.containerd : '')))")
+        .message("fetchStrategy.platforms must not list two entries with the same os, arch and containerd: the second would never be chosen"),
 )]
 pub struct FetchStrategy {
     /// `anonymousHttp` (http, https or file:// URL) or `oci` (an artifact in a registry).
@@ -153,7 +159,20 @@ pub struct PlatformArtifact {
         .message("sha256 must be 64 hexadecimal characters"))]
     #[schemars(length(max = 128))]
     pub sha256: Option<String>,
+    /// The containerd releases this build is for (shims speak a versioned bootstrap
+    /// protocol with containerd, changed in 2.3): comparators separated by commas, each an
+    /// operator (`>=`, `>`, `<=`, `<`, `=`) and a version `MAJOR[.MINOR[.PATCH]]`, e.g.
+    /// `"<2.3"`, `">=1.6, <2.3"`, `"=2.2"` (2.2.x). A node takes the first entry for its
+    /// os/arch whose range includes its containerd; absent: any containerd.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(CONTAINERD_RANGE_RULE).message(CONTAINERD_RANGE_MESSAGE))]
+    #[schemars(length(max = 128))]
+    pub containerd: Option<String>,
 }
+
+/// `platforms[].containerd`: the grammar `artifact::ContainerdRange` parses, spaces allowed.
+const CONTAINERD_RANGE_RULE: &str = "self.size() <= 128 && self.matches('^ *(>=|>|<=|<|=) *[0-9]{1,9}([.][0-9]{1,9}){0,2} *(, *(>=|>|<=|<|=) *[0-9]{1,9}([.][0-9]{1,9}){0,2} *)*$')";
+const CONTAINERD_RANGE_MESSAGE: &str = "platforms[].containerd must be a containerd version range of at most 128 characters: comparators separated by commas, each an operator (>=, >, <=, <, =) and a version MAJOR[.MINOR[.PATCH]] of up to 9 digits each, e.g. \"<2.3\", \">=1.6, <2.3\" or \"=2.2\"";
 
 /// How containerd runs the shim.
 ///
@@ -199,6 +218,91 @@ pub struct RuntimeSettings {
     /// Run privileged pods without the host's devices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileged_without_host_devices: Option<bool>,
+}
+
+/// How a node checks an installed shim.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckSpec {
+    /// A container run in a pod sandbox of the new handler, for shims whose sandbox proves
+    /// too little (a Wasm shim's sandbox is an ordinary Linux container; its engine runs
+    /// only when a Wasm container starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<CheckContainer>,
+}
+
+/// The check container: it must exit as `success` says within `timeoutSeconds`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckContainer {
+    /// An image containerd can get: pre-loaded in the node image, or pulled by containerd
+    /// with its own registry configuration.
+    #[x_kube(validation = Rule::new(r"self.size() > 0 && self.size() <= 4096 && !self.matches('[ \\t\\n\\r\\f\\v]')")
+        .message("check.container.image must be an image reference of 1 to 4096 characters, without whitespace"))]
+    #[schemars(length(max = 4096))]
+    pub image: String,
+    /// The container's command (its entrypoint), e.g. `["/hello.wasm"]`.
+    #[x_kube(validation = Rule::new("self.size() >= 1 && self.size() <= 64 && self.all(c, c.size() > 0 && c.size() <= 4096)")
+        .message("check.container.command must list 1 to 64 items, each of 1 to 4096 characters"))]
+    #[schemars(length(min = 1, max = 64), inner(length(max = 4096)))]
+    pub command: Vec<String>,
+    /// Arguments after the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() <= 64 && self.all(a, a.size() <= 4096)")
+        .message("check.container.args must list at most 64 items, each of at most 4096 characters"))]
+    #[schemars(length(max = 64), inner(length(max = 4096)))]
+    pub args: Option<Vec<String>>,
+    /// What counts as success; default: exit code 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success: Option<CheckSuccess>,
+    /// Seconds for pulling the image, creating, running and reading the output: 1 to 600,
+    /// default 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 600")
+        .message("check.container.timeoutSeconds must be from 1 to 600"))]
+    pub timeout_seconds: Option<i32>,
+}
+
+/// What the check container must do to pass.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckSuccess {
+    /// The exit code expected, 0 to 255; default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 255")
+        .message("check.container.success.exitCode must be from 0 to 255"))]
+    pub exit_code: Option<i32>,
+    /// Text that must appear in the container's output (stdout and stderr).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() > 0 && self.size() <= 4096")
+        .message("check.container.success.outputContains must be 1 to 4096 characters when set"))]
+    #[schemars(length(max = 4096))]
+    pub output_contains: Option<String>,
+}
+
+impl CheckContainer {
+    /// The check's time limit when `timeoutSeconds` is absent.
+    pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+
+    /// The exit code that passes (`success.exitCode`, default 0).
+    pub fn exit_code(&self) -> i32 {
+        self.success.as_ref().and_then(|s| s.exit_code).unwrap_or(0)
+    }
+
+    /// The text the output must contain, if any (`success.outputContains`).
+    pub fn output_contains(&self) -> Option<&str> {
+        self.success.as_ref()?.output_contains.as_deref()
+    }
+
+    /// The time limit (`timeoutSeconds`, default 60 s; a value below 1 counts as 1).
+    pub fn timeout(&self) -> std::time::Duration {
+        let secs = self
+            .timeout_seconds
+            .map_or(Self::DEFAULT_TIMEOUT_SECS, |s| {
+                s.max(1).unsigned_abs().into()
+            });
+        std::time::Duration::from_secs(secs)
+    }
 }
 
 /// How the change rolls out across nodes.
@@ -359,5 +463,37 @@ impl Shim {
             "runtime": self.spec.runtime,
         });
         hex::encode(sha2::Sha256::digest(v.to_string().as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shim(yaml: &str) -> Shim {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    const BASE: &str = "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {name: wasm}\nspec:\n  fetchStrategy: {type: anonymousHttp, anonHttp: {location: https://x/a.tgz}}\n  runtimeClass: {name: wasm}\n";
+
+    #[test]
+    fn changing_only_the_check_changes_no_spec_hash() {
+        let plain = shim(BASE);
+        let checked = shim(&format!(
+            "{BASE}  check:\n    container: {{image: hello:v1, command: [/hello.wasm], success: {{outputContains: hello}}}}\n"
+        ));
+        let other = shim(&format!(
+            "{BASE}  check: {{container: {{image: other:v2, command: [/x], timeoutSeconds: 5}}}}\n"
+        ));
+        assert_ne!(plain.spec, checked.spec);
+        assert_eq!(plain.spec_hash(), checked.spec_hash());
+        assert_eq!(checked.spec_hash(), other.spec_hash());
+    }
+
+    #[test]
+    fn a_shim_without_containerd_ranges_keeps_its_spec_hash() {
+        // an absent field is not serialized: hashes of existing Shims do not move
+        let text = serde_json::to_string(&shim(BASE).spec.fetch_strategy).unwrap();
+        assert!(!text.contains("containerd"), "{text}");
     }
 }

@@ -4,7 +4,7 @@
 use anyhow::Context;
 
 use super::{ArtifactSource, FetchSpec, Fetcher, Limits, OciAuth, OciSource, Platform};
-use super::{PlatformSource, RetryPolicy};
+use super::{ContainerdVersion, PlatformSource, ResolvedSource, RetryPolicy};
 use crate::api::{FetchType, Shim};
 use crate::settings::FetchSettings;
 
@@ -70,6 +70,7 @@ pub fn fetch_spec(shim: &Shim, f: &FetchSettings) -> anyhow::Result<FetchSpec> {
                     location: p.location.clone(),
                     sha256: p.sha256.clone(),
                 },
+                containerd: p.containerd.clone(),
             })
             .collect(),
         oci: fs.oci.as_ref().map(|o| OciSource {
@@ -81,8 +82,20 @@ pub fn fetch_spec(shim: &Shim, f: &FetchSettings) -> anyhow::Result<FetchSpec> {
     })
 }
 
-/// Where a spec fetches from, as recorded in the node's state.
-pub fn spec_location(spec: &FetchSpec) -> String {
+/// Where a node fetches `spec` from, as recorded in its state: the source
+/// [`FetchSpec::resolve`] chooses for `platform` and `containerd` (the build the node took,
+/// not the first `platforms` entry). A spec that does not resolve (never the case once its
+/// fetch has succeeded) records its first location.
+pub fn spec_location(
+    spec: &FetchSpec,
+    platform: &Platform,
+    containerd: Option<&ContainerdVersion>,
+) -> String {
+    match spec.resolve(platform, containerd) {
+        Ok(ResolvedSource::Http(a)) => return a.location,
+        Ok(ResolvedSource::Oci(o)) => return o.reference,
+        Err(_) => {}
+    }
     if let Some(o) = &spec.oci {
         return o.reference.clone();
     }
@@ -90,5 +103,39 @@ pub fn spec_location(spec: &FetchSpec) -> String {
         (Some(a), _) => a.location.clone(),
         (None, Some(p)) => p.source.location.clone(),
         (None, None) => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorded_location_is_the_build_the_node_took() {
+        let build = |arch: &str, range: &str, loc: &str| PlatformSource {
+            os: "linux".into(),
+            arch: arch.into(),
+            source: ArtifactSource {
+                location: loc.into(),
+                sha256: Some("a".repeat(64)),
+            },
+            containerd: Some(range.into()),
+        };
+        let spec = FetchSpec {
+            strategy: "anonymousHttp".into(),
+            platforms: vec![
+                build("arm64", "<2.3", "http://x/arm64-old"),
+                build("amd64", "<2.3", "http://x/amd64-old"),
+                build("amd64", ">=2.3", "http://x/amd64-new"),
+            ],
+            ..Default::default()
+        };
+        let amd64 = Platform::new("linux", "amd64");
+        let v = |s: &str| ContainerdVersion::parse(s).ok();
+        let at = |c: Option<ContainerdVersion>| spec_location(&spec, &amd64, c.as_ref());
+        assert_eq!(at(v("v2.3.4")), "http://x/amd64-new");
+        assert_eq!(at(v("1.7.2")), "http://x/amd64-old");
+        // no build fits: the first location, as before
+        assert_eq!(at(None), "http://x/arm64-old");
     }
 }

@@ -36,6 +36,24 @@ pub enum ArtifactError {
         available: String,
     },
 
+    /// The spec has builds for the node's platform, but none whose `containerd` range
+    /// includes the containerd the node runs.
+    #[error(
+        "no build for containerd {version} on {platform}: the spec's builds for {platform} are for containerd [{offered}]; add a fetchStrategy.platforms entry for {platform} whose containerd range includes {version} (or one without a range)"
+    )]
+    NoBuildForContainerd {
+        version: String,
+        platform: String,
+        offered: String,
+    },
+
+    /// Every build for the node's platform declares a `containerd` range, and the node's
+    /// containerd version is not known.
+    #[error(
+        "cannot choose a build for {platform}: each is for a range of containerd releases [{offered}], and the agent could not ask containerd its version (CRI Version); check that containerd is running and its socket is reachable, give the version with --containerd-version for an offline install (install --root), or add a platforms entry without a containerd range"
+    )]
+    ContainerdVersionUnknown { platform: String, offered: String },
+
     /// The HTTP client cannot be built (e.g. `fetch.ca-file` holds no certificate).
     #[error("cannot set up the HTTP client: {detail}")]
     HttpClient { detail: String },
@@ -184,6 +202,14 @@ pub enum ArtifactError {
         expected: String,
     },
 
+    /// The shim's interpreter or a shared library it needs does not resolve on the node.
+    #[error(
+        "{} cannot run on this node: {} not found (searched its RUNPATH, /etc/ld.so.cache and the default library directories); install them on the node or use a statically linked build",
+        path.display(),
+        missing.join(", ")
+    )]
+    MissingLibraries { path: PathBuf, missing: Vec<String> },
+
     /// A filesystem operation failed.
     #[error("failed to {op} {}", path.display())]
     Io {
@@ -203,6 +229,8 @@ impl ArtifactError {
             InvalidSpec { .. } => "InvalidFetchSpec",
             MissingDigest { .. } => "MissingDigest",
             NoPlatformMatch { .. } => "NoPlatformMatch",
+            NoBuildForContainerd { .. } => "NoBuildForContainerd",
+            ContainerdVersionUnknown { .. } => "ContainerdVersionUnknown",
             UnsupportedScheme { .. } => "UnsupportedScheme",
             HttpClient { .. } => "HttpClientUnavailable",
             NoCaCertificates { .. } => "NoCaCertificates",
@@ -223,6 +251,7 @@ impl ArtifactError {
             AmbiguousShimBinary { .. } => "AmbiguousShimBinary",
             NotExecutable { .. } => "NotExecutable",
             WrongArchitecture { .. } => "WrongArchitecture",
+            MissingLibraries { .. } => "MissingLibraries",
             Io { .. } => "IoError",
         }
     }

@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 
 use super::pipeline::{Download, PipelineCtx, verify_and_unpack};
 use super::source::{ArtifactSource, FetchSpec, Platform, ResolvedSource, parse_sha256};
-use super::{ArtifactError, Store, StoredArtifact, error, node_platform};
+use super::{ArtifactError, ContainerdVersion, Store, StoredArtifact, error, node_platform};
 
 /// Size caps and timeouts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +107,8 @@ pub struct Fetcher {
     pub(crate) progress: bool,
     pub(crate) allow_unverified: bool,
     pub(crate) platform: Platform,
+    /// The node's containerd, for `platforms` entries with a `containerd` range.
+    pub(crate) containerd: Option<ContainerdVersion>,
 }
 
 impl Fetcher {
@@ -122,6 +124,7 @@ impl Fetcher {
             progress: false,
             allow_unverified: false,
             platform: node_platform(),
+            containerd: None,
         })
     }
 
@@ -214,13 +217,25 @@ impl Fetcher {
         &self.platform
     }
 
-    /// Resolve `spec` for this node's platform and fetch it.
+    /// Choose builds for this containerd version (`platforms` entries with a `containerd`
+    /// range); `None`, the default: unknown, and only entries without a range fit.
+    pub fn for_containerd(mut self, version: Option<ContainerdVersion>) -> Self {
+        self.containerd = version;
+        self
+    }
+
+    /// The containerd version builds are chosen for.
+    pub fn containerd(&self) -> Option<&ContainerdVersion> {
+        self.containerd.as_ref()
+    }
+
+    /// Resolve `spec` for this node's platform and containerd, and fetch it.
     pub async fn fetch(
         &self,
         spec: &FetchSpec,
         store: &Store,
     ) -> Result<StoredArtifact, ArtifactError> {
-        match spec.resolve(&self.platform)? {
+        match spec.resolve(&self.platform, self.containerd.as_ref())? {
             ResolvedSource::Http(src) => self.fetch_into_store(&src, store).await,
             ResolvedSource::Oci(src) => self.fetch_oci_into_store(&src, store).await,
         }

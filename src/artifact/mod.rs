@@ -3,7 +3,7 @@
 //!
 //! The flow, one call each:
 //! 1. [`FetchSpec::resolve`] picks the source for the node's [`Platform`]
-//!    ([`node_platform`]);
+//!    ([`node_platform`]) and the [`ContainerdVersion`] it runs;
 //! 2. [`Fetcher::fetch`] (or [`Fetcher::fetch_into_store`] /
 //!    [`Fetcher::fetch_oci_into_store`]) downloads, hashes and unpacks in one streaming
 //!    pass into [`Store`] `<state>/store/sha256/<digest>/`, once per node;
@@ -17,11 +17,13 @@
 //! Every failure is an [`ArtifactError`] with a stable [`reason`](ArtifactError::reason),
 //! and leaves nothing new in the store or under `/opt`.
 
+mod builds;
 pub mod configure;
 mod elf;
 mod error;
 mod fetch;
 mod format;
+mod links;
 mod oci;
 mod paths;
 mod pipeline;
@@ -32,9 +34,11 @@ mod store;
 mod tree;
 pub mod unpack;
 
+pub use builds::{ContainerdRange, ContainerdVersion, VersionError};
 pub use elf::{check_elf, machine_for_arch};
 pub use error::ArtifactError;
 pub use fetch::{Fetcher, Limits, RetryPolicy};
+pub use links::{LinkReport, ResolvedLibrary, check_links};
 pub use place::{PlacedBinary, SHIMS_DIR, find_shim_binary, is_shim_name, place_binary};
 pub use source::{
     ArtifactSource, FetchSpec, OciAuth, OciSource, Platform, PlatformSource, ResolvedSource,

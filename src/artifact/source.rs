@@ -1,8 +1,8 @@
 //! What to fetch: the plain input types the caller maps a Shim's `fetchStrategy` onto
 //! ([`FetchSpec`]), the node's platform, and the choice of one concrete source for this node
-//! ([`FetchSpec::resolve`]).
+//! and the containerd it runs ([`FetchSpec::resolve`]).
 
-use super::ArtifactError;
+use super::{ArtifactError, ContainerdRange, ContainerdVersion};
 
 /// The node's OS and architecture, named as Kubernetes and Go name them (`linux`, `amd64`,
 /// `arm64`, ...).
@@ -74,6 +74,10 @@ pub struct PlatformSource {
     pub os: String,
     pub arch: String,
     pub source: ArtifactSource,
+    /// The containerd releases this build is for ([`ContainerdRange`] text, e.g. `<2.3`);
+    /// `None`: any. Kept as written and parsed by [`FetchSpec::resolve`], so that a bad range
+    /// fails the Shim's fetch, not the reading of its spec.
+    pub containerd: Option<String>,
 }
 
 /// Credentials for an OCI registry.
@@ -129,30 +133,19 @@ pub enum ResolvedSource {
 }
 
 impl FetchSpec {
-    /// Choose the source for `platform`: a matching `platforms` entry wins over `anon_http`.
-    /// Digests are checked for form here; whether a missing digest is acceptable is the
+    /// Choose the source for `platform` and the node's `containerd` version: the first
+    /// `platforms` entry whose os/arch match and whose `containerd` range (if any) includes
+    /// the version wins; else `anon_http`, which fits every containerd. Every entry's range
+    /// is checked for form, as are digests; whether a missing digest is acceptable is the
     /// fetcher's decision.
-    pub fn resolve(&self, platform: &Platform) -> Result<ResolvedSource, ArtifactError> {
+    pub fn resolve(
+        &self,
+        platform: &Platform,
+        containerd: Option<&ContainerdVersion>,
+    ) -> Result<ResolvedSource, ArtifactError> {
         match self.strategy.as_str() {
             "anonymousHttp" => {
-                let chosen = self
-                    .platforms
-                    .iter()
-                    .find(|p| platform.is(&p.os, &p.arch))
-                    .map(|p| &p.source)
-                    .or(self.anon_http.as_ref());
-                let Some(src) = chosen else {
-                    let available: Vec<String> = self
-                        .platforms
-                        .iter()
-                        .map(|p| format!("{}/{}", p.os, p.arch))
-                        .collect();
-                    return Err(ArtifactError::NoPlatformMatch {
-                        os: platform.os.clone(),
-                        arch: platform.arch.clone(),
-                        available: available.join(", "),
-                    });
-                };
+                let src = self.pick_http(platform, containerd)?;
                 if let Some(d) = &src.sha256 {
                     parse_sha256(d)?;
                 }
@@ -168,6 +161,74 @@ impl FetchSpec {
                 strategy: other.to_string(),
             }),
         }
+    }
+
+    /// The `anonymousHttp` artifact for this node, or why there is none.
+    fn pick_http(
+        &self,
+        platform: &Platform,
+        containerd: Option<&ContainerdVersion>,
+    ) -> Result<&ArtifactSource, ArtifactError> {
+        let mut builds: Vec<(&PlatformSource, Option<ContainerdRange>)> = Vec::new();
+        for (i, p) in self.platforms.iter().enumerate() {
+            let range = p.containerd.as_deref().map(ContainerdRange::parse);
+            let range = range.transpose().map_err(|e| ArtifactError::InvalidSpec {
+                detail: format!(
+                    "fetchStrategy.platforms[{i}] ({}/{}): containerd: {e}",
+                    p.os, p.arch
+                ),
+            })?;
+            if platform.is(&p.os, &p.arch) {
+                builds.push((p, range));
+            }
+        }
+        let fits = |range: &Option<ContainerdRange>| match (range, containerd) {
+            (None, _) => true,
+            (Some(r), Some(v)) => r.contains(v),
+            (Some(_), None) => false,
+        };
+        if let Some((p, _)) = builds.iter().find(|(_, range)| fits(range)) {
+            return Ok(&p.source);
+        }
+        if let Some(a) = &self.anon_http {
+            return Ok(a);
+        }
+        let shown = format!("{}/{}", platform.os, platform.arch);
+        let offered = || {
+            let ranges: Vec<String> = builds
+                .iter()
+                .filter_map(|(_, r)| r.as_ref().map(|r| format!("\"{r}\"")))
+                .collect();
+            ranges.join(", ")
+        };
+        Err(match (builds.is_empty(), containerd) {
+            (true, _) => ArtifactError::NoPlatformMatch {
+                os: platform.os.clone(),
+                arch: platform.arch.clone(),
+                available: self.platforms_offered(),
+            },
+            (false, Some(v)) => ArtifactError::NoBuildForContainerd {
+                version: v.to_string(),
+                platform: shown,
+                offered: offered(),
+            },
+            (false, None) => ArtifactError::ContainerdVersionUnknown {
+                platform: shown,
+                offered: offered(),
+            },
+        })
+    }
+
+    /// The `platforms` entries' os/arch, each once, in order.
+    fn platforms_offered(&self) -> String {
+        let mut offered: Vec<String> = Vec::new();
+        for p in &self.platforms {
+            let one = format!("{}/{}", p.os, p.arch);
+            if !offered.contains(&one) {
+                offered.push(one);
+            }
+        }
+        offered.join(", ")
     }
 }
 
@@ -203,12 +264,17 @@ mod tests {
                 os: "linux".into(),
                 arch: "arm64".into(),
                 source: src("http://x/arm64"),
+                containerd: None,
             }],
             oci: None,
         };
-        let arm = spec.resolve(&Platform::new("linux", "arm64")).unwrap();
+        let arm = spec
+            .resolve(&Platform::new("linux", "arm64"), None)
+            .unwrap();
         assert_eq!(arm, ResolvedSource::Http(src("http://x/arm64")));
-        let amd = spec.resolve(&Platform::new("linux", "amd64")).unwrap();
+        let amd = spec
+            .resolve(&Platform::new("linux", "amd64"), None)
+            .unwrap();
         assert_eq!(amd, ResolvedSource::Http(src("http://x/default")));
     }
 
@@ -228,10 +294,11 @@ mod tests {
                     os: "linux".into(),
                     arch: written.into(),
                     source: src("http://x/it"),
+                    containerd: None,
                 }],
                 ..Default::default()
             };
-            let got = spec.resolve(&Platform::new("linux", node));
+            let got = spec.resolve(&Platform::new("linux", node), None);
             assert_eq!(
                 got.unwrap(),
                 ResolvedSource::Http(src("http://x/it")),
@@ -248,10 +315,13 @@ mod tests {
                 os: "linux".into(),
                 arch: "aarch64".into(),
                 source: src("http://x/arm"),
+                containerd: None,
             }],
             ..Default::default()
         };
-        let e = spec.resolve(&Platform::new("linux", "amd64")).unwrap_err();
+        let e = spec
+            .resolve(&Platform::new("linux", "amd64"), None)
+            .unwrap_err();
         assert_eq!(e.reason(), "NoPlatformMatch");
     }
 
@@ -263,10 +333,13 @@ mod tests {
                 os: "linux".into(),
                 arch: "arm64".into(),
                 source: src("http://x/arm64"),
+                containerd: None,
             }],
             ..Default::default()
         };
-        let e = spec.resolve(&Platform::new("linux", "amd64")).unwrap_err();
+        let e = spec
+            .resolve(&Platform::new("linux", "amd64"), None)
+            .unwrap_err();
         assert_eq!(e.reason(), "NoPlatformMatch");
         assert!(e.to_string().contains("linux/arm64"), "{e}");
     }
@@ -277,7 +350,7 @@ mod tests {
             strategy: "ftp".into(),
             ..Default::default()
         };
-        let e = spec.resolve(&node_platform()).unwrap_err();
+        let e = spec.resolve(&node_platform(), None).unwrap_err();
         assert_eq!(e.reason(), "UnknownFetchStrategy");
         assert!(e.to_string().contains("\"ftp\""), "{e}");
     }
@@ -294,6 +367,122 @@ mod tests {
             "InvalidFetchSpec"
         );
         assert!(parse_sha256(&"g".repeat(64)).is_err());
+    }
+
+    fn build(arch: &str, range: Option<&str>, loc: &str) -> PlatformSource {
+        PlatformSource {
+            os: "linux".into(),
+            arch: arch.into(),
+            source: src(loc),
+            containerd: range.map(str::to_string),
+        }
+    }
+
+    /// linux/amd64 builds: `<2.3` first, then `>=2.3`; one arm64 build for any containerd.
+    fn builds() -> FetchSpec {
+        FetchSpec {
+            strategy: "anonymousHttp".into(),
+            platforms: vec![
+                build("x86_64", Some("<2.3"), "old"),
+                build("x86_64", Some(">=2.3"), "new"),
+                build("aarch64", None, "arm-any"),
+            ],
+            ..Default::default()
+        }
+    }
+
+    /// The location `spec` resolves to on linux/`arch` with containerd `version`.
+    fn pick(spec: &FetchSpec, arch: &str, version: Option<&str>) -> Result<String, ArtifactError> {
+        let v = version.map(|c| ContainerdVersion::parse(c).unwrap());
+        match spec.resolve(&Platform::new("linux", arch), v.as_ref())? {
+            ResolvedSource::Http(a) => Ok(a.location),
+            ResolvedSource::Oci(o) => Ok(o.reference),
+        }
+    }
+
+    #[test]
+    fn a_node_gets_the_build_whose_containerd_range_includes_its_version() {
+        let spec = builds();
+        for (reported, want) in [
+            ("1.6.20~ds1", "old"),
+            ("2.2.7", "old"),
+            ("v2.3.4", "new"),
+            ("2.3.0-rc.1", "new"),
+        ] {
+            assert_eq!(
+                pick(&spec, "amd64", Some(reported)).unwrap(),
+                want,
+                "{reported}"
+            );
+        }
+        // an entry without a range fits any containerd, known or not
+        for reported in [Some("1.6.20~ds1"), Some("v2.3.4"), None] {
+            assert_eq!(pick(&spec, "arm64", reported).unwrap(), "arm-any");
+        }
+    }
+
+    #[test]
+    fn the_first_fitting_entry_wins() {
+        let mut spec = builds();
+        spec.platforms
+            .insert(1, build("amd64", Some("=2.2"), "2.2.x"));
+        // both `<2.3` and `=2.2` include 2.2.7: the earlier entry is taken
+        assert_eq!(pick(&spec, "amd64", Some("2.2.7")).unwrap(), "old");
+        spec.platforms.swap(0, 1);
+        assert_eq!(pick(&spec, "amd64", Some("2.2.7")).unwrap(), "2.2.x");
+        // a range-less entry before ranged ones takes every version
+        spec.platforms.insert(0, build("amd64", None, "any"));
+        assert_eq!(pick(&spec, "amd64", Some("v2.3.4")).unwrap(), "any");
+    }
+
+    #[test]
+    fn no_build_for_the_nodes_containerd_lists_the_ranges_offered() {
+        let mut spec = builds();
+        spec.platforms.remove(1); // only `<2.3` for amd64 now
+        let e = pick(&spec, "amd64", Some("v2.3.4")).unwrap_err();
+        assert_eq!(e.reason(), "NoBuildForContainerd");
+        assert!(!e.is_transient());
+        let m = e.to_string();
+        assert!(m.contains("containerd 2.3.4 on linux/amd64"), "{m}");
+        assert!(m.contains("[\"<2.3\"]") && !m.contains("arm64"), "{m}");
+        // anonHttp fits every containerd
+        spec.anon_http = Some(src("default"));
+        assert_eq!(pick(&spec, "amd64", Some("v2.3.4")).unwrap(), "default");
+    }
+
+    #[test]
+    fn an_unknown_containerd_version_cannot_choose_between_ranged_builds() {
+        let e = pick(&builds(), "amd64", None).unwrap_err();
+        assert_eq!(e.reason(), "ContainerdVersionUnknown");
+        assert!(!e.is_transient());
+        let m = e.to_string();
+        assert!(m.contains("could not ask containerd its version"), "{m}");
+        assert!(
+            m.contains("--containerd-version") && m.contains("\">=2.3\""),
+            "{m}"
+        );
+        // no entry for the platform at all is still NoPlatformMatch, each platform once
+        let e = pick(&builds(), "s390x", Some("2.2.7")).unwrap_err();
+        assert_eq!(e.reason(), "NoPlatformMatch");
+        assert!(
+            e.to_string().contains("[linux/x86_64, linux/aarch64]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_range_is_an_invalid_spec_naming_its_entry() {
+        let mut spec = builds();
+        spec.platforms[2].containerd = Some("2.3+".into());
+        // refused on every node, not only the ones that entry is for
+        let e = pick(&spec, "amd64", Some("2.2.7")).unwrap_err();
+        assert_eq!(e.reason(), "InvalidFetchSpec");
+        let m = e.to_string();
+        assert!(
+            m.contains("fetchStrategy.platforms[2] (linux/aarch64)"),
+            "{m}"
+        );
+        assert!(m.contains("\"2.3+\" is not a containerd range"), "{m}");
     }
 
     #[test]

@@ -67,7 +67,7 @@ fn image_node<'a>(
         platform,
         origin: Origin::Offline,
         restarter: NoRestart,
-        health: DeferredVerification,
+        health: DeferredVerification::default(),
     }
 }
 

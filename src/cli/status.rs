@@ -23,9 +23,11 @@ pub fn read_state(root: &HostRoot, settings: &Settings) -> anyhow::Result<NodeSt
 /// `status` as a table a person reads.
 pub fn format_status_table(state: &NodeState) -> String {
     let mut rows = vec![
-        ["NAME", "HANDLER", "STATE", "ORIGIN", "DIGEST", "BINARY"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "NAME", "HANDLER", "STATE", "ORIGIN", "VERSION", "DIGEST", "BINARY",
+        ]
+        .map(String::from)
+        .to_vec(),
     ];
     for s in state.shims.values() {
         rows.push(vec![
@@ -33,6 +35,7 @@ pub fn format_status_table(state: &NodeState) -> String {
             s.handler.clone(),
             s.state.to_string(),
             format!("{:?}", s.origin).to_lowercase(),
+            s.shim_version.clone().unwrap_or_else(|| "-".into()),
             crate::text::prefix_chars(&s.artifact_sha256, 12),
             s.binary.clone(),
         ]);

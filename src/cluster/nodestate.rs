@@ -53,6 +53,9 @@ pub struct ShimNodeState {
     /// The Shim generation this entry is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    /// What the installed shim says of its own version (`-v`), when it said one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// RFC 3339 time the phase began.
     pub since: String,
     /// Replaced or removed versions kept on disk while containerd tasks run through them.
@@ -155,6 +158,13 @@ pub fn states_wanted(
     }
     let mut out = states.out;
     add_retained(&mut out, inputs, previous, now);
+    for (name, entry) in out.iter_mut() {
+        entry.version = inputs
+            .state
+            .shims
+            .get(name)
+            .and_then(|r| r.shim_version.clone());
+    }
     out
 }
 
@@ -191,6 +201,7 @@ impl States<'_> {
                 reason,
                 message,
                 generation,
+                version: None,
                 since,
                 retained: Vec::new(),
             },
@@ -219,6 +230,7 @@ fn add_retained(out: &mut NodeStates, inputs: &Inputs<'_>, previous: &NodeStates
             reason: Some("TasksRunThroughIt".into()),
             message: Some("a removed version is kept while containerd tasks run through it".into()),
             generation: None,
+            version: None,
             since: match previous.get(&r.name) {
                 Some(p) if p.phase == NodePhase::Retained => p.since.clone(),
                 _ => now.to_string(),

@@ -201,6 +201,7 @@ mod tests {
 
     fn state(phase: NodePhase, reason: Option<&str>) -> ShimNodeState {
         ShimNodeState {
+            version: None,
             phase,
             digest: None,
             reason: reason.map(str::to_string),

@@ -22,7 +22,10 @@
 //!   [`cri::status_from_response`] and [`cri::handlers_from_verbose_info`], tested on output
 //!   captured from a real containerd (`tests/fixtures/cri/`).
 
+pub mod check;
 pub mod cri;
+mod error;
+pub mod shim_version;
 pub mod systemd;
 pub mod tasks;
 
@@ -32,6 +35,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use cri::{CriClient, HandlerSource};
+pub use error::NodeError;
 pub use systemd::SystemdDbus;
 
 /// How often [`RuntimeHealth::wait_for_handler`] asks the CRI again.
@@ -89,112 +93,6 @@ pub struct RestartOutcome {
     pub state: UnitState,
     /// True when the first attempt hit the start limit and the unit was reset and restarted.
     pub retried_after_start_limit: bool,
-}
-
-/// Why a node edge failed. [`NodeError::reason`] is stable: it becomes the Shim condition's
-/// `reason` and a metric label.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    /// The restart job finished with a result other than `done`.
-    #[error("restart of {unit} failed: job result `{job_result}`, unit now {}", .state.summary())]
-    RestartFailed {
-        /// The unit.
-        unit: String,
-        /// The job's result (`failed`, `timeout`, `canceled`, `dependency`, `skipped`).
-        job_result: String,
-        /// The unit's state after the job (boxed: keeps the error small).
-        state: Box<UnitState>,
-    },
-    /// No `JobRemoved` for the restart job in time.
-    #[error("restart of {unit} did not finish within {} s (job {job})", .timeout.as_secs_f64())]
-    RestartTimeout {
-        /// The unit.
-        unit: String,
-        /// The job's object path.
-        job: String,
-        /// The timeout that passed.
-        timeout: Duration,
-    },
-    /// The start limit was hit again after `ResetFailedUnit` and one more restart.
-    #[error(
-        "restart of {unit} hit systemd's start limit even after ResetFailedUnit and one retry \
-         (job result `{job_result}`, unit now {}); check StartLimitBurst/StartLimitIntervalSec",
-        .state.summary()
-    )]
-    StartLimitHit {
-        /// The unit.
-        unit: String,
-        /// The job's result of the retry.
-        job_result: String,
-        /// The unit's state after the retry.
-        state: Box<UnitState>,
-    },
-    /// The CRI does not answer, or its RuntimeService is not there (the CRI plugin did not
-    /// load).
-    #[error("containerd's CRI on {socket} is not available: {detail}")]
-    CriUnavailable {
-        /// The socket dialled.
-        socket: String,
-        /// What happened (connect error, timeout, gRPC status).
-        detail: String,
-        /// True when containerd answered but the CRI service is unimplemented.
-        plugin_not_loaded: bool,
-    },
-    /// The CRI answers but reports `RuntimeReady` false.
-    #[error("containerd reports the CRI runtime not ready: {detail}")]
-    RuntimeNotReady {
-        /// The condition's reason and message.
-        detail: String,
-    },
-    /// The CRI is ready but does not list the handler.
-    #[error(
-        "containerd does not serve runtime handler `{handler}` (it serves: {})",
-        if .present.is_empty() { "none".to_string() } else { .present.join(", ") }
-    )]
-    HandlerMissing {
-        /// The handler looked for.
-        handler: String,
-        /// The handlers containerd listed.
-        present: Vec<String>,
-    },
-    /// The CRI is ready but still lists handlers that were removed.
-    #[error("containerd still serves removed handler(s) {}", .handlers.join(", "))]
-    HandlerStillServed {
-        /// The removed handlers it still lists.
-        handlers: Vec<String>,
-    },
-    /// The verbose CRI info could not be read.
-    #[error("cannot read containerd's verbose CRI info: {detail}")]
-    CriInfo {
-        /// What was wrong with it.
-        detail: String,
-    },
-    /// A D-Bus call failed (no bus, access denied, no such unit, ...).
-    #[error("D-Bus call {call} failed")]
-    Dbus {
-        /// The method and its main argument.
-        call: String,
-        /// zbus's error.
-        #[source]
-        source: zbus::Error,
-    },
-}
-
-impl NodeError {
-    /// Stable machine-readable reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            NodeError::RestartFailed { .. } => "RestartFailed",
-            NodeError::RestartTimeout { .. } => "RestartTimeout",
-            NodeError::StartLimitHit { .. } => "StartLimitHit",
-            NodeError::CriUnavailable { .. } => "CriUnavailable",
-            NodeError::RuntimeNotReady { .. } => "RuntimeNotReady",
-            NodeError::HandlerMissing { .. } => "HandlerMissing",
-            NodeError::HandlerStillServed { .. } => "HandlerStillServed",
-            NodeError::CriInfo { .. } => "CriInfo",
-            NodeError::Dbus { .. } => "Dbus",
-        }
-    }
 }
 
 /// The port to the service manager that runs containerd.

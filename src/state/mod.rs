@@ -27,6 +27,10 @@
 //!   (the Shims a round works on, for crash isolation) and `crashes`; a format-2 document
 //!   upgrades with none of them. A format-2 agent refuses a format-3 document (rather than
 //!   quarantining what it cannot read).
+//! - 4: adds the journal phase `proven` (the functional check passed), and on each shim
+//!   record its `shim_version` (what `-v` said) and the `check` container it is proven with;
+//!   a format-3 document upgrades with none of them. A format-3 agent refuses a format-4
+//!   document (it could not finish a journal at `proven`).
 
 mod model;
 
@@ -44,9 +48,13 @@ use thiserror::Error;
 use crate::fsutil;
 
 /// The format this build writes.
-pub const STATE_FORMAT: u32 = 3;
+pub const STATE_FORMAT: u32 = 4;
 /// File name of the state document inside the state directory.
 pub const STATE_FILE: &str = "state.json";
+/// How often, and how long apart, a busy lock is asked again before another agent is
+/// taken to hold it (half a second in all).
+const LOCK_TRIES: u32 = 25;
+const LOCK_RETRY_MILLIS: u64 = 20;
 /// File name of the lock file inside the state directory.
 pub const LOCK_FILE: &str = "lock";
 /// Directory (inside the state directory) that corrupt documents are moved to.
@@ -133,16 +141,27 @@ impl StateStore {
                 path: lock_path.clone(),
                 source: e,
             })?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(StateError::AlreadyRunning { path: lock_path });
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(StateError::Io {
-                    path: lock_path,
-                    source: e,
-                });
+        // A lock held a moment longer than its holder: a process the holder started (the
+        // preflight's `-v`, a test's own) keeps a copy of its descriptor between fork and
+        // exec. So a busy lock is asked again for a little while before it counts as another
+        // agent.
+        let mut tries = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if tries < LOCK_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(LOCK_RETRY_MILLIS));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(StateError::AlreadyRunning { path: lock_path });
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(StateError::Io {
+                        path: lock_path,
+                        source: e,
+                    });
+                }
             }
         }
         Ok(StateStore {
@@ -309,8 +328,8 @@ pub fn upgrade(format: u32, state_json: &str) -> Result<NodeState, String> {
                 ..NodeState::default()
             })
         }
-        // format 3 only added fields, each with a default
-        2 | 3 => serde_json::from_str(state_json).map_err(|e| format!("format {format}: {e}")),
+        // formats 3 and 4 only added fields (and a phase), each with a default
+        2..=4 => serde_json::from_str(state_json).map_err(|e| format!("format {format}: {e}")),
         other => Err(format!("unknown state format {other}")),
     }
 }

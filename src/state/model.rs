@@ -162,6 +162,27 @@ pub struct InstalledShim {
     pub runtime_class: Option<String>,
     /// Unix time of the install.
     pub installed_at: u64,
+    /// What the shim said of its own version (`-v`), when it said it (format 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shim_version: Option<String>,
+    /// The check container it is proven with, from its Shim (format 4): a recovery or a
+    /// first boot proves it from the record alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckRecord>,
+}
+
+/// A Shim's check container as the state records it (`spec.check.container`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRecord {
+    pub image: String,
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    pub exit_code: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_contains: Option<String>,
+    pub timeout_secs: u64,
 }
 
 /// What a transaction does.
@@ -185,6 +206,8 @@ pub enum Phase {
     Applied,
     Restarted,
     Verified,
+    /// Every new handler ran a pod sandbox (and its check container): format 4.
+    Proven,
     Committed,
     RollingBack,
     RolledBack,

@@ -21,6 +21,8 @@ fn sample() -> NodeState {
             origin: Origin::Offline,
             runtime_class: None,
             installed_at: 1,
+            shim_version: None,
+            check: None,
         },
     );
     s

@@ -190,6 +190,8 @@ mod tests {
             origin: Origin::Cluster,
             runtime_class: None,
             installed_at: 0,
+            shim_version: None,
+            check: None,
         }
     }
 

@@ -166,7 +166,7 @@ mod tests {
             platform: node_platform(),
             origin: Origin::Cluster,
             restarter: NoRestart,
-            health: DeferredVerification,
+            health: DeferredVerification::default(),
         }
     }
 

@@ -255,6 +255,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         if installs.is_empty() && removes.is_empty() {
             return Ok(report);
         }
+        if !installs.is_empty() {
+            self.sandbox_ready(&installs).await?;
+        }
 
         // Fetch and verify everything before the host changes.
         let names: Vec<String> = installs
@@ -310,6 +313,31 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         result.map(|()| report)
     }
 
+    /// Whether a pod can run here at all before anything is fetched or restarted (the node's
+    /// sandbox image): without one the Shims of `installs` fail with `NoSandboxImage`, and no
+    /// runtime is blamed.
+    async fn sandbox_ready(
+        &self,
+        installs: &[(Box<crate::api::Shim>, Origin)],
+    ) -> anyhow::Result<()> {
+        if !self.health.proves() {
+            return Ok(());
+        }
+        let Err(e) = self.health.sandbox_ready().await else {
+            return Ok(());
+        };
+        crate::telemetry::runtime_checked(e.reason());
+        let mut te = TxnError::new(
+            TxnReason::NodeCannotRunPods,
+            format!("{e} [{}]", e.reason()),
+        )
+        .caused_by(Some(e.reason()));
+        for (shim, _) in installs {
+            te = te.blaming(shim.name());
+        }
+        Err(te.into())
+    }
+
     /// The journalled steps of one transaction, from Planned to Committed.
     async fn run<G: Gate>(
         &self,
@@ -340,6 +368,9 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let t = Instant::now();
         self.verify_served(store, state, steps).await?;
         report.reached(Phase::Verified, t.elapsed());
+        let t = Instant::now();
+        self.prove_journal(store, state).await?;
+        report.reached(Phase::Proven, t.elapsed());
         let t = Instant::now();
         self.commit(store, state, report)?;
         report.reached(Phase::Committed, t.elapsed());
@@ -466,6 +497,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     message: format!(
                         "the rollout slot could not be renewed before the restart: {e}"
                     ),
+                    check_failed: None,
                 };
                 return self.fail_unrestarted(store, state, why).await;
             }

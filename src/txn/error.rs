@@ -24,9 +24,19 @@ pub enum TxnReason {
     /// No rollout slot could be had; nothing on the host changed.
     NoSlot,
     /// One Shim's change could not be prepared (its artifact fetched and verified, its binary
-    /// found, its option paths resolved, its config change planned); nothing on the host
-    /// changed. The error's [`reason`](TxnError::reason) is its step's own.
+    /// found and its preflight passed, its option paths resolved, its config change planned);
+    /// nothing on the host changed. The error's [`reason`](TxnError::reason) is its step's own.
     Unprepared,
+    /// containerd serves the new handlers, but a runtime could not be proven to work (its pod
+    /// sandbox, its check container, their images): rolled back; the Shims it blames are
+    /// those whose check failed. The error's [`reason`](TxnError::reason) is the check's own
+    /// (`SandboxCheckFailed`, `ContainerCheckFailed`, `CheckImageUnavailable`,
+    /// `NoSandboxImage`).
+    CheckFailed,
+    /// No pod can run on this node at all (it has no sandbox image and cannot pull one):
+    /// found before the restart, so nothing on the host changed and no runtime is blamed.
+    /// The error's [`reason`](TxnError::reason) is `NoSandboxImage`.
+    NodeCannotRunPods,
 }
 
 impl TxnReason {
@@ -39,6 +49,8 @@ impl TxnReason {
             TxnReason::HandlerInUse => "HandlerInUse",
             TxnReason::NoSlot => "NoSlot",
             TxnReason::Unprepared => "Unprepared",
+            TxnReason::CheckFailed => "CheckFailed",
+            TxnReason::NodeCannotRunPods => "NodeCannotRunPods",
         }
     }
 }
@@ -97,22 +109,29 @@ impl TxnError {
             .blaming(shim)
     }
 
-    /// The stable reason: the kind's, or for an [`Unprepared`](TxnReason::Unprepared) change
-    /// its step's own (what the Shim's condition says).
+    /// The stable reason: the kind's, or for an [`Unprepared`](TxnReason::Unprepared) change,
+    /// a [`CheckFailed`](TxnReason::CheckFailed) runtime and a node that
+    /// [cannot run pods](TxnReason::NodeCannotRunPods) its step's own (what the Shim's
+    /// condition says).
     pub fn reason(&self) -> &'static str {
         match (self.reason, self.cause) {
-            (TxnReason::Unprepared, cause) => cause.unwrap_or(UNTYPED),
+            (
+                TxnReason::Unprepared | TxnReason::CheckFailed | TxnReason::NodeCannotRunPods,
+                cause,
+            ) => cause.unwrap_or(UNTYPED),
             (reason, _) => reason.as_str(),
         }
     }
 }
 
-/// Why a step of a transaction failed: its typed error's stable reason (when it had one) and
-/// the message.
+/// Why a step of a transaction failed: its typed error's stable reason (when it had one), the
+/// message, and, for a failed runtime check, the Shims whose check failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepError {
     pub reason: Option<&'static str>,
     pub message: String,
+    /// A runtime check failed ([`TxnReason::CheckFailed`]), for these Shims.
+    pub check_failed: Option<Vec<String>>,
 }
 
 impl StepError {
@@ -121,6 +140,22 @@ impl StepError {
         StepError {
             reason: None,
             message: message.into(),
+            check_failed: None,
+        }
+    }
+
+    /// Failed runtime checks: each Shim with its handler's error. The reason is the first
+    /// one's; the message names each.
+    pub fn checks(failed: &[(String, NodeError)]) -> Self {
+        let message = failed
+            .iter()
+            .map(|(shim, e)| format!("{shim}: {e} [{}]", e.reason()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        StepError {
+            reason: failed.first().map(|(_, e)| e.reason()),
+            message,
+            check_failed: Some(failed.iter().map(|(shim, _)| shim.clone()).collect()),
         }
     }
 }
@@ -130,6 +165,7 @@ impl From<&NodeError> for StepError {
         StepError {
             reason: Some(e.reason()),
             message: format!("{e} [{}]", e.reason()),
+            check_failed: None,
         }
     }
 }
@@ -201,6 +237,9 @@ fn typed_reason(e: &anyhow::Error) -> Option<&'static str> {
         if let Some(a) = cause.downcast_ref::<crate::artifact::ArtifactError>() {
             return Some(a.reason());
         }
+        if let Some(n) = cause.downcast_ref::<NodeError>() {
+            return Some(n.reason());
+        }
         cause
             .downcast_ref::<crate::containerd::ConfigError>()
             .map(|c| c.reason())
@@ -233,6 +272,13 @@ const SUPERSEDED: &str = "Superseded";
 
 /// The reason of [`GateError::SlotUnavailable`].
 const SLOT_UNAVAILABLE: &str = "SlotUnavailable";
+
+/// The kind of a failed transaction, when `e` is one.
+pub fn kind_of(e: &anyhow::Error) -> Option<TxnReason> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<TxnError>())
+        .map(|t| t.reason)
+}
 
 /// The Shims a failed change blames (empty: any Shim of its batch).
 pub fn blamed_by(e: &anyhow::Error) -> Vec<String> {

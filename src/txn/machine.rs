@@ -2,9 +2,9 @@
 //! move between them, and what to do on start with a journal left by a crash.
 //!
 //! ```text
-//! Planned → Fetched → SlotAcquired → Staged → Applied → Restarted → Verified → Committed
-//!                                       │         └─────────┴──────────┴──→ RollingBack → RolledBack
-//!                                       └─ (failure: abort, nothing applied)       └──→ Broken
+//! Planned → Fetched → SlotAcquired → Staged → Applied → Restarted → Verified → Proven → Committed
+//!                                       │         └─────────┴──────────┴─────────┴──→ RollingBack → RolledBack
+//!                                       └─ (failure: abort, nothing applied)                └──→ Broken
 //! ```
 //!
 //! # Guarantees
@@ -21,8 +21,9 @@
 //! | Planned, Fetched, SlotAcquired | discard: nothing on the host changed |
 //! | Staged | roll back without restart: apply may have begun, containerd was not restarted |
 //! | Applied | roll forward: restart, verify, commit (or roll back if that fails) |
-//! | Restarted | roll forward: verify, commit (or roll back) |
-//! | Verified | roll forward: commit |
+//! | Restarted | roll forward: verify, prove, commit (or roll back) |
+//! | Verified | roll forward: prove (the check's leftovers swept first), commit (or roll back) |
+//! | Proven | roll forward: commit |
 //! | Committed, RolledBack | close the journal |
 //! | RollingBack | finish the roll back (restore, restart, verify) |
 //! | Broken | retry the roll back; stays Broken if containerd still does not come back |
@@ -49,6 +50,9 @@ pub enum Event {
     Restarted,
     /// containerd serves every handler of the transaction through CRI.
     Verified,
+    /// Every new handler ran a pod sandbox through CRI, and its check container where its
+    /// Shim names one.
+    Proven,
     /// The new shim records, and the versions they replace (retained while tasks run through
     /// them), are written to the state. Giving the rollout slot back and labelling the Node
     /// come after the transaction, outside it.
@@ -96,7 +100,8 @@ pub fn next(from: Phase, event: &Event) -> Result<Next, TransitionError> {
         (Staged, Event::Applied) => Applied,
         (Applied, Event::Restarted) => Restarted,
         (Restarted, Event::Verified) => Verified,
-        (Verified, Event::Committed) => Committed,
+        (Verified, Event::Proven) => Proven,
+        (Proven, Event::Committed) => Committed,
         // Before anything is applied a failure just ends the transaction.
         (Planned | Fetched | SlotAcquired, Event::Failed { reason }) => {
             return Ok(Next::Abort {
@@ -104,7 +109,7 @@ pub fn next(from: Phase, event: &Event) -> Result<Next, TransitionError> {
             });
         }
         // From Staged on, files may have changed: put them back.
-        (Staged | Applied | Restarted | Verified, Event::Failed { .. }) => RollingBack,
+        (Staged | Applied | Restarted | Verified | Proven, Event::Failed { .. }) => RollingBack,
         (RollingBack | Broken, Event::RolledBack) => RolledBack,
         (RollingBack | Broken, Event::RollbackFailed { .. }) => Broken,
         _ => {
@@ -142,10 +147,10 @@ pub fn recovery_for(phase: Phase, provable: bool) -> Recovery {
     match phase {
         Planned | Fetched | SlotAcquired => Recovery::Discard,
         Staged => Recovery::RollBackFiles,
-        Applied | Restarted | Verified | RollingBack | Broken if !provable => {
+        Applied | Restarted | Verified | Proven | RollingBack | Broken if !provable => {
             Recovery::RollBackFiles
         }
-        Applied | Restarted | Verified => Recovery::RollForward(phase),
+        Applied | Restarted | Verified | Proven => Recovery::RollForward(phase),
         Committed | RolledBack => Recovery::Close,
         RollingBack | Broken => Recovery::RollBackAndRestart,
     }
@@ -159,6 +164,7 @@ pub fn host_may_have_changed(phase: Phase) -> bool {
             | Phase::Applied
             | Phase::Restarted
             | Phase::Verified
+            | Phase::Proven
             | Phase::RollingBack
             | Phase::Broken
     )
@@ -169,7 +175,7 @@ mod tests {
     use super::*;
     use Phase::*;
 
-    const ALL: [Phase; 11] = [
+    const ALL: [Phase; 12] = [
         Planned,
         Fetched,
         SlotAcquired,
@@ -177,6 +183,7 @@ mod tests {
         Applied,
         Restarted,
         Verified,
+        Proven,
         Committed,
         RollingBack,
         RolledBack,
@@ -191,6 +198,7 @@ mod tests {
             Event::Applied,
             Event::Restarted,
             Event::Verified,
+            Event::Proven,
             Event::Committed,
             Event::Failed { reason: "x".into() },
             Event::RolledBack,
@@ -207,6 +215,7 @@ mod tests {
             Event::Applied,
             Event::Restarted,
             Event::Verified,
+            Event::Proven,
             Event::Committed,
         ];
         let mut p = Planned;
@@ -228,6 +237,7 @@ mod tests {
                 Applied,
                 Restarted,
                 Verified,
+                Proven,
                 Committed
             ]
         );
@@ -246,7 +256,7 @@ mod tests {
                 }
             );
         }
-        for p in [Staged, Applied, Restarted, Verified] {
+        for p in [Staged, Applied, Restarted, Verified, Proven] {
             assert_eq!(next(p, &f).unwrap(), Next::Phase(RollingBack));
         }
         assert_eq!(
@@ -290,6 +300,10 @@ mod tests {
             next(Applied, &Event::Committed).is_err(),
             "cannot commit without restart and verify"
         );
+        assert!(
+            next(Verified, &Event::Committed).is_err(),
+            "cannot commit without the runtime proven"
+        );
     }
 
     #[test]
@@ -308,10 +322,13 @@ mod tests {
     }
 
     #[test]
-    fn committed_is_reachable_only_through_verified() {
+    fn committed_is_reachable_only_through_proven_after_verified() {
         for p in ALL {
             for e in all_events() {
                 if next(p, &e) == Ok(Next::Phase(Committed)) {
+                    assert_eq!(p, Proven);
+                }
+                if next(p, &e) == Ok(Next::Phase(Proven)) {
                     assert_eq!(p, Verified);
                 }
                 if next(p, &e) == Ok(Next::Phase(Verified)) {
@@ -334,6 +351,12 @@ mod tests {
         }
         assert_eq!(recovery_for(Staged, true), Recovery::RollBackFiles);
         assert_eq!(recovery_for(Applied, true), Recovery::RollForward(Applied));
+        assert_eq!(
+            recovery_for(Verified, true),
+            Recovery::RollForward(Verified)
+        );
+        assert_eq!(recovery_for(Proven, true), Recovery::RollForward(Proven));
+        assert_eq!(recovery_for(Proven, false), Recovery::RollBackFiles);
         assert_eq!(recovery_for(Broken, true), Recovery::RollBackAndRestart);
         assert_eq!(recovery_for(Fetched, true), Recovery::Discard);
     }

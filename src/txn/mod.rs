@@ -8,7 +8,9 @@
 //! - [`recovery`]: interrupted transactions finished or undone, failed ones rolled back;
 //! - [`ports`]: the restart and health ports, and the image root's own ([`NoRestart`],
 //!   [`DeferredVerification`]); [`real`]: systemd over D-Bus and containerd's CRI;
-//! - [`prepare`]: fetch and plan before the host changes, write the files after;
+//! - [`prepare`]: fetch, preflight and plan before the host changes, write the files after;
+//! - [`prove`]: each new handler runs a pod sandbox (and its check container) before the
+//!   commit;
 //! - [`retain`]: replaced versions kept while containerd tasks run through them;
 //! - [`files`], [`record`], [`batch`]: backups and the undo log, what is recorded, several
 //!   config changes as one; `notices`: the journal entries, metrics and status line of an
@@ -24,7 +26,9 @@ pub mod files;
 pub mod machine;
 mod notices;
 pub mod ports;
+mod preflight;
 pub mod prepare;
+pub mod prove;
 pub mod real;
 pub mod record;
 pub mod recovery;

@@ -11,6 +11,7 @@ use std::future::Future;
 
 use super::error::GateError;
 use crate::node::NodeError;
+use crate::node::check::{CheckReport, HandlerCheck};
 use crate::state::ShimState;
 
 /// Restarts containerd's unit (systemd over D-Bus in production).
@@ -28,6 +29,28 @@ pub trait HealthCheck {
         present: &[String],
         absent: &[String],
     ) -> impl Future<Output = Result<(), NodeError>>;
+
+    /// Prove that each handler of `checks` works (docs/design.md §3): a pod sandbox started
+    /// through it, ready, and its check container where it names one; everything the checks
+    /// make is gone after. `Err`: every handler that failed, with why.
+    fn prove(
+        &self,
+        checks: &[HandlerCheck],
+    ) -> impl Future<Output = Result<Vec<CheckReport>, Vec<(String, NodeError)>>>;
+
+    /// Remove what checks interrupted by a crash or a timeout left behind (at start, before
+    /// a recovery proves anything): how many sandboxes went.
+    fn sweep_checks(&self) -> impl Future<Output = Result<usize, NodeError>>;
+
+    /// Before a restart: whether a pod sandbox can start at all here (containerd has its
+    /// sandbox image, or pulls it). `Err(`[`NodeError::NoSandboxImage`]`)`: no pod can run
+    /// on this node, with any runtime; containerd is not restarted for nothing. A containerd
+    /// that does not answer is no reason to stop here (the check after the restart decides).
+    fn sandbox_ready(&self) -> impl Future<Output = Result<(), NodeError>>;
+
+    /// containerd's version as its CRI `Version` reports it (`1.6.20~ds1`, `v2.3.4`), which
+    /// picks a Shim's build; `None` when nothing answers.
+    fn runtime_version(&self) -> impl Future<Output = Option<String>>;
 
     /// False when nothing can answer [`verify`](Self::verify) for real (an image root):
     /// shims are then recorded `pending-verification`, and an interrupted transaction is
@@ -64,13 +87,37 @@ impl Restarter for NoRestart {
     }
 }
 
-/// The image root's health port: verification is deferred to the node's first boot.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DeferredVerification;
+/// The image root's health port: verification is deferred to the node's first boot, where
+/// the agent proves a pre-baked shim before it adopts it. `containerd_version`: the version
+/// of the containerd the image runs (the builder's `--containerd-version`, or read from the
+/// image), which picks a Shim's build.
+#[derive(Debug, Clone, Default)]
+pub struct DeferredVerification {
+    pub containerd_version: Option<String>,
+}
 
 impl HealthCheck for DeferredVerification {
     async fn verify(&self, _present: &[String], _absent: &[String]) -> Result<(), NodeError> {
         Ok(())
+    }
+
+    async fn prove(
+        &self,
+        _checks: &[HandlerCheck],
+    ) -> Result<Vec<CheckReport>, Vec<(String, NodeError)>> {
+        Ok(Vec::new())
+    }
+
+    async fn sweep_checks(&self) -> Result<usize, NodeError> {
+        Ok(0)
+    }
+
+    async fn sandbox_ready(&self) -> Result<(), NodeError> {
+        Ok(())
+    }
+
+    async fn runtime_version(&self) -> Option<String> {
+        self.containerd_version.clone()
     }
 
     fn proves(&self) -> bool {

@@ -10,6 +10,7 @@ use super::engine::{Node, Prepared, failpoint};
 use super::error::TxnError;
 use super::files::Undo;
 use super::ports::{HealthCheck, Restarter};
+use super::preflight::check_record;
 use super::record::{now_secs, runtime_spec};
 use crate::api::Shim;
 use crate::artifact::configure::{fetch_spec, fetcher, spec_location};
@@ -30,7 +31,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             undo.create_dir_all(&store_dir.join(sub))?;
         }
         let artifacts = Store::open(&store_dir)?;
-        let fetcher = fetcher(&self.settings.fetch, self.platform.clone(), progress)?;
+        let fetcher = fetcher(&self.settings.fetch, self.platform.clone(), progress)?
+            .for_containerd(self.containerd_version().await);
         let mut out = Vec::new();
         for (shim, origin) in installs {
             let spec = fetch_spec(shim, &self.settings.fetch)?;
@@ -46,6 +48,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             let wanted = shim.spec.runtime.as_ref().and_then(|r| r.binary.as_deref());
             let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)
                 .map_err(|e| blame(e.into()))?;
+            let shim_version = self.preflight(shim, &bin).await.map_err(blame)?;
             let tree = artifact::version_dir(shim.name(), &fetched.digest);
             let host_s = tree
                 .join(artifact::relative_in(&fetched.dir, &bin))
@@ -68,7 +71,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     handler: shim.handler().to_string(),
                     runtime_type: rt.runtime_type.clone(),
                     artifact_sha256: fetched.digest.clone(),
-                    source: spec_location(&spec),
+                    source: spec_location(&spec, fetcher.platform(), fetcher.containerd()),
                     binary: host_s,
                     spec_hash: shim.spec_hash(),
                     config_files: vec![],
@@ -76,6 +79,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     origin: *origin,
                     runtime_class: Some(shim.spec.runtime_class.name.clone()),
                     installed_at: now_secs(),
+                    shim_version,
+                    check: check_record(shim),
                 },
                 tree_src: fetched.dir.clone(),
                 previous: state.shims.get(shim.name()).cloned(),
@@ -83,6 +88,19 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             });
         }
         Ok(out)
+    }
+
+    /// The containerd version that picks a Shim's build: what CRI `Version` reports (an image
+    /// root's: the builder's or the image's); `None` when it cannot be told.
+    async fn containerd_version(&self) -> Option<artifact::ContainerdVersion> {
+        let reported = self.health.runtime_version().await?;
+        match artifact::ContainerdVersion::parse(&reported) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(version = %reported, "cannot read containerd's version: {e}");
+                None
+            }
+        }
     }
 
     pub(super) fn plan_all(

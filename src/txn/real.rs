@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::ports::{HealthCheck, Restarter};
+use crate::node::check::{self, CheckPlace, CheckReport, HandlerCheck};
 use crate::node::{CriClient, NodeError, RuntimeHealth, ServiceManager, SystemdDbus};
 
 /// [`Restarter`] through systemd's D-Bus API.
@@ -23,11 +24,17 @@ impl Restarter for SystemdRestarter {
 }
 
 /// [`HealthCheck`] through CRI: the runtime is ready, every expected handler is listed and
-/// none of the removed ones is.
+/// none of the removed ones is; each new handler runs a pod sandbox (and its check container).
 pub struct CriHealth {
     pub cri: CriClient,
     pub timeout: Duration,
+    /// Where the functional checks write and how long they may take; `None`: the node's
+    /// config turned them off (`check.sandbox = false`).
+    pub check: Option<CheckPlace>,
 }
+
+/// How many handlers are checked at once.
+const CHECKS_AT_ONCE: usize = 4;
 
 impl HealthCheck for CriHealth {
     fn socket_dir(&self) -> Option<std::path::PathBuf> {
@@ -40,6 +47,67 @@ impl HealthCheck for CriHealth {
             })
             .unwrap_or_else(|_| socket.to_path_buf());
         real.parent().map(std::path::Path::to_path_buf)
+    }
+
+    async fn prove(
+        &self,
+        checks: &[HandlerCheck],
+    ) -> Result<Vec<CheckReport>, Vec<(String, NodeError)>> {
+        let Some(place) = &self.check else {
+            return Ok(Vec::new());
+        };
+        let mut passed = Vec::new();
+        let mut failed = Vec::new();
+        for group in checks.chunks(CHECKS_AT_ONCE) {
+            let runs = group
+                .iter()
+                .map(|c| async move { (c, check::check_handler(&self.cri, c, place).await) });
+            for (c, result) in futures_util::future::join_all(runs).await {
+                match result {
+                    Ok(report) => passed.push(report),
+                    Err(e) => failed.push((c.handler.clone(), e)),
+                }
+            }
+        }
+        for r in &passed {
+            crate::telemetry::runtime_checked("");
+            crate::telemetry::runtime_check_took("sandbox", r.sandbox);
+            if let Some(c) = r.container {
+                crate::telemetry::runtime_check_took("container", c);
+            }
+            crate::telemetry::runtime_check_took("total", r.total);
+        }
+        for (_, e) in &failed {
+            crate::telemetry::runtime_checked(e.reason());
+        }
+        if failed.is_empty() {
+            Ok(passed)
+        } else {
+            Err(failed)
+        }
+    }
+
+    async fn sweep_checks(&self) -> Result<usize, NodeError> {
+        if self.check.is_none() {
+            return Ok(0);
+        }
+        check::sweep(&self.cri).await
+    }
+
+    async fn sandbox_ready(&self) -> Result<(), NodeError> {
+        let Some(place) = &self.check else {
+            return Ok(());
+        };
+        match check::ensure_sandbox_image(&self.cri, place.sandbox_timeout).await {
+            Err(e @ NodeError::NoSandboxImage { .. }) => Err(e),
+            // a containerd that does not answer now is asked again after the restart
+            Err(_) | Ok(_) => Ok(()),
+        }
+    }
+
+    async fn runtime_version(&self) -> Option<String> {
+        let v = self.cri.version(Duration::from_secs(5)).await.ok()?;
+        Some(v.runtime_version).filter(|v| !v.is_empty())
     }
 
     async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), NodeError> {
@@ -125,7 +193,25 @@ pub async fn live_node<'a>(
         health: CriHealth {
             cri: CriClient::new(socket),
             timeout: secs(settings.containerd.verify_timeout_secs),
+            check: check_place(root, settings)?,
         },
         profile,
     })
+}
+
+/// Where the functional checks of a live node write (`<state-dir>/checks`), as containerd
+/// sees it and as this process reaches it; `None` when `check.sandbox` is off.
+pub fn check_place(
+    root: &crate::hostroot::HostRoot,
+    settings: &crate::settings::Settings,
+) -> anyhow::Result<Option<CheckPlace>> {
+    if !settings.check.sandbox {
+        return Ok(None);
+    }
+    let logs_node = format!("{}/checks", settings.paths.state_dir.trim_end_matches('/'));
+    Ok(Some(CheckPlace {
+        logs_local: root.resolve(&logs_node)?,
+        logs_node,
+        sandbox_timeout: Duration::from_secs(settings.check.sandbox_timeout_secs),
+    }))
 }

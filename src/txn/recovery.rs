@@ -40,6 +40,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         state: &mut NodeState,
         gate: &G,
     ) -> anyhow::Result<()> {
+        // a check a crash interrupted left its sandbox: gone before anything is proven again
+        self.sweep_leftover_checks().await;
         let Some(j) = state.journal.clone() else {
             return Ok(());
         };
@@ -113,28 +115,54 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 self.roll_back(store, state, reason, true).await?;
             }
             Recovery::RollForward(phase) => {
-                let mut report = Report::default();
-                if phase == Phase::Applied {
-                    if let Err(e) = self.restarter.restart(&self.profile.unit).await {
-                        return self.fail(store, state, e.into()).await;
-                    }
-                    self.event(store, state, Event::Restarted)?;
-                }
-                if matches!(phase, Phase::Applied | Phase::Restarted) {
-                    if let Err(e) = self.verify_journal(j).await {
-                        if !*gated {
-                            // the rollback restarts containerd: not without the slot
-                            slot_for_restart(gate, j).await?;
-                            *gated = true;
-                        }
-                        return self.fail(store, state, e.into()).await;
-                    }
-                    self.event(store, state, Event::Verified)?;
-                }
-                self.commit(store, state, &mut report)?;
+                self.roll_forward(store, state, j, phase, gate, gated)
+                    .await?
             }
         }
         Ok(())
+    }
+
+    /// Finish a journal from `phase` on: restart, verify, prove, commit. A check that fails
+    /// rolls back with a restart, under the journal's slots (taken then, when the recovery
+    /// did not need them before).
+    async fn roll_forward<G: Gate>(
+        &self,
+        store: &StateStore,
+        state: &mut NodeState,
+        j: &Journal,
+        phase: Phase,
+        gate: &G,
+        gated: &mut bool,
+    ) -> anyhow::Result<()> {
+        if phase == Phase::Applied {
+            if let Err(e) = self.restarter.restart(&self.profile.unit).await {
+                return self.fail(store, state, e.into()).await;
+            }
+            self.event(store, state, Event::Restarted)?;
+        }
+        if matches!(phase, Phase::Applied | Phase::Restarted | Phase::Verified) {
+            let mut checked = Ok(());
+            if phase != Phase::Verified {
+                checked = self.verify_journal(j).await.map_err(StepError::from);
+                if checked.is_ok() {
+                    self.event(store, state, Event::Verified)?;
+                }
+            }
+            if checked.is_ok() {
+                checked = self.prove_records(&j.pending).await;
+            }
+            if let Err(step) = checked {
+                if !*gated {
+                    // the rollback restarts containerd: not without the slot
+                    slot_for_restart(gate, j).await?;
+                    *gated = true;
+                }
+                return self.fail(store, state, step).await;
+            }
+            self.event(store, state, Event::Proven)?;
+        }
+        let mut report = Report::default();
+        self.commit(store, state, &mut report)
     }
 
     /// A step failed: journal it, roll back, and return the error.
@@ -191,15 +219,16 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 "{reason}; rolled back without a restart: containerd runs the previous configuration"
             )
         };
-        let why = if repair {
-            TxnReason::DriftUnrepairable
-        } else {
-            TxnReason::RolledBack
+        let why = match (repair, &step.check_failed) {
+            (true, _) => TxnReason::DriftUnrepairable,
+            (false, Some(_)) => TxnReason::CheckFailed,
+            (false, None) => TxnReason::RolledBack,
         };
-        Err(TxnError::new(why, message)
-            .at(phase)
-            .caused_by(step.reason)
-            .into())
+        let mut e = TxnError::new(why, message).at(phase).caused_by(step.reason);
+        for shim in step.check_failed.iter().flatten() {
+            e = e.blaming(shim);
+        }
+        Err(e.into())
     }
 
     /// Put the files back and, when containerd was (or may have been) restarted with them,

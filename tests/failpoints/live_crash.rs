@@ -27,6 +27,7 @@ const HAPPY_PATH: &[(&str, Option<Phase>)] = &[
     ("txn::applied", Some(Phase::Applied)),
     ("txn::restarted", Some(Phase::Restarted)),
     ("txn::verified", Some(Phase::Verified)),
+    ("txn::proven", Some(Phase::Proven)),
     ("txn::committed", Some(Phase::Committed)),
     ("state::save", None),
 ];
@@ -187,6 +188,38 @@ fn a_crash_during_a_rollback_is_finished_on_the_next_start() {
         assert!(state(&w).shims.is_empty(), "{fp}");
         assert_eq!(config(&w), w.original, "{fp}");
     }
+}
+
+#[test]
+fn a_crash_before_the_runtime_check_whose_check_then_fails_rolls_back_on_the_next_start() {
+    let _serial = serial();
+    let w = world();
+    let mut f = fake(&w);
+    // the agent stops after containerd served the new handler, before its check ran
+    let scenario = fail::FailScenario::setup();
+    fail::cfg("txn::verified", "panic").unwrap();
+    let crashed = catch_unwind(AssertUnwindSafe(|| {
+        block(node(&w, &f).apply(vec![shim(&w, "spin", "1")]))
+    }));
+    fail::cfg("txn::verified", "off").unwrap();
+    scenario.teardown();
+    assert!(crashed.is_err(), "the failpoint stopped the transaction");
+    assert_eq!(state(&w).journal.map(|j| j.phase), Some(Phase::Verified));
+    assert!(
+        f.proved.borrow().is_empty(),
+        "nothing was proven before the crash"
+    );
+    // at the next start the runtime cannot run a sandbox: the recovery proves it, and rolls
+    // the journal back instead of committing a shim that does not work
+    f.fail_checks = vec!["spin".into()];
+    let recovered = block(node(&w, &f).open());
+    assert!(recovered.is_err(), "the recovery reports the rollback");
+    assert_eq!(f.proved.borrow().len(), 1, "proven at the next start");
+    assert!(*f.sweeps.borrow() >= 1, "leftover checks swept first");
+    let st = state(&w);
+    assert!(st.journal.is_none() && st.shims.is_empty(), "{st:?}");
+    assert_eq!(config(&w), w.original, "the config bytes are back");
+    assert!(!f.serving.borrow().contains("spin"));
 }
 
 #[test]

@@ -13,6 +13,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod check;
 mod edges;
 mod kube;
 mod lifecycle;

@@ -301,11 +301,13 @@ async fn the_spec_picks_the_artifact_for_the_node_platform() {
                 os: "linux".into(),
                 arch: "other".into(),
                 source: source(srv.url("/other.tgz"), b"x"),
+                containerd: None,
             },
             PlatformSource {
                 os: me.os.clone(),
                 arch: me.arch.clone(),
                 source: source(srv.url("/mine.tgz"), &art),
+                containerd: None,
             },
         ],
         oci: None,

@@ -44,6 +44,8 @@ fn record(name: &str, origin: Origin, state: ShimState) -> InstalledShim {
         origin,
         runtime_class: Some(format!("rc-{name}")),
         installed_at: 1,
+        shim_version: None,
+        check: None,
     }
 }
 
@@ -239,6 +241,7 @@ fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds
     let previous: NodeStates = BTreeMap::from([(
         "good".to_string(),
         ShimNodeState {
+            version: None,
             phase: NodePhase::Installed,
             digest: None,
             reason: None,
@@ -362,6 +365,7 @@ fn view(name: &str, lbl: &[(&str, &str)], states: &[(&str, NodePhase, Option<i64
                 (
                     s.to_string(),
                     ShimNodeState {
+                        version: None,
                         phase: *p,
                         digest: None,
                         reason: Some("DigestMismatch".into()),

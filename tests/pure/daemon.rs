@@ -140,12 +140,33 @@ fn offline_installs_are_adopted_once_containerd_serves_them() {
     f.serving.borrow_mut().remove("spin");
     let store = StateStore::open(&dir).unwrap();
     let mut st = store.load().unwrap().state;
-    block(adopt_pending(&&f, &store, &mut st)).unwrap();
+    assert_eq!(block(adopt_pending(&&f, &store, &mut st)).unwrap(), 1);
     assert_eq!(st.shims["spin"].state, ShimState::PendingVerification);
     f.reread_config();
-    block(adopt_pending(&&f, &store, &mut st)).unwrap();
+    assert_eq!(block(adopt_pending(&&f, &store, &mut st)).unwrap(), 0);
     assert_eq!(
         store.load().unwrap().state.shims["spin"].state,
         ShimState::Installed
+    );
+    assert_eq!(f.proved.borrow().last().unwrap(), &["spin".to_string()]);
+}
+
+#[test]
+fn an_offline_install_that_cannot_run_a_sandbox_stays_pending_and_unadopted() {
+    let w = world();
+    let mut f = fake(&w);
+    block(node(&w, &f).apply(vec![shim(&w, "spin", "1")])).unwrap();
+    let dir = w.root.resolve("/var/lib/shim-agent").unwrap();
+    let store = StateStore::open(&dir).unwrap();
+    let mut st = store.load().unwrap().state;
+    st.shims.get_mut("spin").unwrap().state = ShimState::PendingVerification;
+    store.save(&st).unwrap();
+    // served by containerd, but its runtime cannot start a sandbox on this node
+    f.fail_checks = vec!["spin".into()];
+    assert_eq!(block(adopt_pending(&&f, &store, &mut st)).unwrap(), 1);
+    assert_eq!(
+        store.load().unwrap().state.shims["spin"].state,
+        ShimState::PendingVerification,
+        "a shim that does not work is never adopted"
     );
 }

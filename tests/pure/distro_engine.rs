@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use shim_agent::containerd::template::BASE_LINE;
 use shim_agent::hostroot::HostRoot;
 use shim_agent::node::NodeError;
+use shim_agent::node::check::{CheckReport, HandlerCheck};
 use shim_agent::profile;
 use shim_agent::state::Origin;
 use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
@@ -161,6 +162,41 @@ impl Restarter for &FakeK3s {
 }
 
 impl HealthCheck for &FakeK3s {
+    async fn prove(
+        &self,
+        checks: &[HandlerCheck],
+    ) -> Result<Vec<CheckReport>, Vec<(String, NodeError)>> {
+        let s = self.serving.borrow();
+        let failed: Vec<_> = checks
+            .iter()
+            .filter(|c| !s.contains(&c.handler))
+            .map(|c| {
+                let e = NodeError::SandboxCheckFailed {
+                    handler: c.handler.clone(),
+                    detail: "no runtime handler".into(),
+                };
+                (c.handler.clone(), e)
+            })
+            .collect();
+        if failed.is_empty() {
+            Ok(vec![])
+        } else {
+            Err(failed)
+        }
+    }
+
+    async fn sweep_checks(&self) -> Result<usize, NodeError> {
+        Ok(0)
+    }
+
+    async fn sandbox_ready(&self) -> Result<(), NodeError> {
+        Ok(())
+    }
+
+    async fn runtime_version(&self) -> Option<String> {
+        Some("v1.7.23-k3s2".into())
+    }
+
     async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), NodeError> {
         let s = self.serving.borrow();
         match (

@@ -28,6 +28,7 @@ fn an_install_restarts_once_verifies_and_commits() {
             Phase::Applied,
             Phase::Restarted,
             Phase::Verified,
+            Phase::Proven,
             Phase::Committed
         ]
     );

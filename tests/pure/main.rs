@@ -20,6 +20,7 @@ mod support;
 
 mod api;
 mod artifact_fetch;
+mod artifact_links;
 mod artifact_oci;
 mod artifact_place;
 mod artifact_tls;
@@ -41,6 +42,7 @@ mod docs_examples;
 mod live_txn;
 mod node_cri_info;
 mod offline_install;
+mod runtime_check;
 mod runtime_class;
 mod shape;
 mod txn_blame;

@@ -141,6 +141,7 @@ proptest! {
     ) {
         let s = shim("uni");
         let entry = ShimNodeState {
+            version: None,
             phase: NodePhase::Failed,
             digest: None,
             reason: Some(reason),

@@ -8,6 +8,7 @@ use std::path::Path;
 use shim_agent::artifact::node_platform;
 use shim_agent::containerd;
 use shim_agent::hostroot::HostRoot;
+use shim_agent::node::check::{CheckReport, HandlerCheck};
 use shim_agent::node::{NodeError, UnitState};
 use shim_agent::profile;
 use shim_agent::settings::Settings;
@@ -34,6 +35,18 @@ pub struct FakeContainerd {
     pub hanging: RefCell<bool>,
     /// How long a restart takes.
     pub restart_delay: std::time::Duration,
+    /// Handlers whose runtime check fails (a sandbox the runtime cannot start).
+    pub fail_checks: Vec<String>,
+    /// The node has no sandbox image and cannot pull one.
+    pub no_sandbox_image: bool,
+    /// Each `prove` call: the handlers it was asked to prove.
+    pub proved: RefCell<Vec<Vec<String>>>,
+    /// Prove calls (1-based) that never answer (the agent stops while it checks).
+    pub hang_proves: Vec<u32>,
+    /// Sweeps of leftover check sandboxes asked for.
+    pub sweeps: RefCell<u32>,
+    /// What CRI `Version` reports.
+    pub version: Option<String>,
 }
 
 impl FakeContainerd {
@@ -88,6 +101,73 @@ impl Restarter for &FakeContainerd {
 }
 
 impl HealthCheck for &FakeContainerd {
+    /// A handler runs a sandbox when containerd serves it and its binary is in place, unless
+    /// the script says otherwise.
+    async fn prove(
+        &self,
+        checks: &[HandlerCheck],
+    ) -> Result<Vec<CheckReport>, Vec<(String, NodeError)>> {
+        self.proved
+            .borrow_mut()
+            .push(checks.iter().map(|c| c.handler.clone()).collect());
+        if self
+            .hang_proves
+            .contains(&(self.proved.borrow().len() as u32))
+        {
+            *self.hanging.borrow_mut() = true;
+            std::future::pending::<()>().await;
+        }
+        let serving = self.serving.borrow();
+        let failed: Vec<(String, NodeError)> = checks
+            .iter()
+            .filter(|c| self.fail_checks.contains(&c.handler) || !serving.contains(&c.handler))
+            .map(|c| {
+                let e = NodeError::SandboxCheckFailed {
+                    handler: c.handler.clone(),
+                    detail: "failed to create containerd task: failed to start shim: \
+                             start failed: unsupported protocol (the test's scripted runtime)"
+                        .into(),
+                };
+                (c.handler.clone(), e)
+            })
+            .collect();
+        if !failed.is_empty() {
+            return Err(failed);
+        }
+        Ok(checks
+            .iter()
+            .map(|c| CheckReport {
+                handler: c.handler.clone(),
+                sandbox: std::time::Duration::from_millis(1),
+                container: c
+                    .container
+                    .as_ref()
+                    .map(|_| std::time::Duration::from_millis(1)),
+                total: std::time::Duration::from_millis(2),
+            })
+            .collect())
+    }
+
+    async fn sweep_checks(&self) -> Result<usize, NodeError> {
+        *self.sweeps.borrow_mut() += 1;
+        Ok(0)
+    }
+
+    async fn sandbox_ready(&self) -> Result<(), NodeError> {
+        if self.no_sandbox_image {
+            return Err(NodeError::NoSandboxImage {
+                image: "registry.k8s.io/pause:3.10".into(),
+                detail: "PullImage failed: Unknown: dial tcp: lookup registry.k8s.io: no such host"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn runtime_version(&self) -> Option<String> {
+        self.version.clone()
+    }
+
     async fn verify(&self, present: &[String], absent: &[String]) -> Result<(), NodeError> {
         *self.verifies.borrow_mut() += 1;
         if self.hang_verifies.contains(&self.verifies.borrow()) {

@@ -264,9 +264,63 @@ pub fn sha256_hex(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
-/// The bytes of a small real ELF executable for this machine.
+/// The bytes of a small real ELF executable for this machine: a static x86-64 program (no
+/// interpreter, no libraries, so it runs in any root, as the preflight runs a shim) that
+/// answers as a shim answers `-v` and exits 0.
 pub fn real_elf() -> Vec<u8> {
-    std::fs::read("/bin/true").expect("/bin/true")
+    static_elf(TEST_SHIM_ANSWER)
+}
+
+/// What [`real_elf`] prints.
+pub const TEST_SHIM_ANSWER: &str = "containerd-shim-test-v1:\n  Version: 1.0.0\n";
+
+/// A minimal static x86-64 ELF executable that writes `message` to stdout and exits 0: one
+/// `PT_LOAD` segment holding the headers, 33 bytes of code (`write`, `exit`) and the message.
+pub fn static_elf(message: &str) -> Vec<u8> {
+    assert_eq!(
+        std::env::consts::ARCH,
+        "x86_64",
+        "the test shim is x86-64 code"
+    );
+    const BASE: u64 = 0x40_0000;
+    const CODE_AT: u64 = 64 + 56;
+    let msg = message.as_bytes();
+    let len = u32::try_from(msg.len()).expect("a short message");
+    let mut code = vec![0xb8, 1, 0, 0, 0, 0xbf, 1, 0, 0, 0]; // mov eax, 1 (write); mov edi, 1
+    code.extend([0x48, 0x8d, 0x35, 16, 0, 0, 0]); // lea rsi, [rip + 16]: the message
+    code.push(0xba); // mov edx, len
+    code.extend(len.to_le_bytes());
+    code.extend([0x0f, 0x05, 0xb8, 60, 0, 0, 0, 0x31, 0xff, 0x0f, 0x05]); // syscall; exit(0)
+    let total = CODE_AT + code.len() as u64 + msg.len() as u64;
+    let mut elf = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
+    elf.resize(16, 0);
+    elf.extend(2u16.to_le_bytes()); // ET_EXEC
+    elf.extend(62u16.to_le_bytes()); // EM_X86_64
+    elf.extend(1u32.to_le_bytes());
+    elf.extend((BASE + CODE_AT).to_le_bytes()); // entry
+    elf.extend(64u64.to_le_bytes()); // program headers
+    elf.extend(0u64.to_le_bytes()); // no section headers
+    elf.extend(0u32.to_le_bytes());
+    for v in [64u16, 56, 1, 64, 0, 0] {
+        elf.extend(v.to_le_bytes());
+    }
+    elf.extend(1u32.to_le_bytes()); // PT_LOAD
+    elf.extend(5u32.to_le_bytes()); // R + X
+    for v in [0, BASE, BASE, total, total, 0x1000] {
+        elf.extend(v.to_le_bytes());
+    }
+    elf.extend(code);
+    elf.extend(msg);
+    // then 32 KiB that no segment loads, incompressible, so that the artifact weighs what a
+    // small real binary weighs (the download caps of the fetch tests count on it)
+    let mut x: u32 = 0x2545_f491;
+    elf.extend((0..32 * 1024).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x.to_le_bytes()[0]
+    }));
+    elf
 }
 
 /// An ELF header for an architecture other than this node's.

@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use shim_agent::api::{
-    AnonHttp, FetchStrategy, FetchType, PlatformArtifact, RollingUpdate, RolloutStrategy,
-    RolloutType, RuntimeClassRef, RuntimeSettings, Shim, ShimSpec, TaintEffect, Toleration,
-    TolerationOperator,
+    AnonHttp, CheckContainer, CheckSpec, CheckSuccess, FetchStrategy, FetchType, PlatformArtifact,
+    RollingUpdate, RolloutStrategy, RolloutType, RuntimeClassRef, RuntimeSettings, Shim, ShimSpec,
+    TaintEffect, Toleration, TolerationOperator,
 };
 
 /// A Shim under construction; see the module's documentation.
@@ -49,6 +49,7 @@ impl ShimBuilder {
             },
             runtime: None,
             rollout_strategy: None,
+            check: None,
         };
         ShimBuilder {
             shim: Shim::new(name, spec),
@@ -102,7 +103,32 @@ impl ShimBuilder {
                 arch: arch.to_string(),
                 location: location.to_string(),
                 sha256: Some(sha256.to_string()),
+                containerd: None,
             });
+        self
+    }
+
+    /// One more entry of `fetchStrategy.platforms` for the containerd releases of `range`
+    /// (`"<2.0"`, `">=2.3"`).
+    pub fn platform_for_containerd(
+        mut self,
+        os: &str,
+        arch: &str,
+        range: &str,
+        location: &str,
+        sha256: &str,
+    ) -> ShimBuilder {
+        self = self.platform(os, arch, location, sha256);
+        if let Some(last) = self
+            .shim
+            .spec
+            .fetch_strategy
+            .platforms
+            .as_mut()
+            .and_then(|p| p.last_mut())
+        {
+            last.containerd = Some(range.to_string());
+        }
         self
     }
 
@@ -207,6 +233,30 @@ impl ShimBuilder {
             rolling: Some(RollingUpdate {
                 max_update: Some(max_update),
                 max_failures: Some(max_failures),
+            }),
+        });
+        self
+    }
+
+    /// `check.container`: `image` run with `command` in a sandbox of the new handler; it must
+    /// exit 0 and print `output` (when given) within `timeout_seconds`.
+    pub fn check_container(
+        mut self,
+        image: &str,
+        command: &[&str],
+        output: Option<&str>,
+        timeout_seconds: i32,
+    ) -> ShimBuilder {
+        self.shim.spec.check = Some(CheckSpec {
+            container: Some(CheckContainer {
+                image: image.to_string(),
+                command: command.iter().map(|c| c.to_string()).collect(),
+                args: None,
+                success: Some(CheckSuccess {
+                    exit_code: Some(0),
+                    output_contains: output.map(str::to_string),
+                }),
+                timeout_seconds: Some(timeout_seconds),
             }),
         });
         self

@@ -26,7 +26,8 @@ use tokio::time::Instant;
 
 use super::names::FIELD_MANAGER;
 use crate::state::{NodeState, StateStore};
-use crate::statics::adopt_pending;
+use crate::statics::Adoption;
+use crate::txn::retain::RETAIN_CHECK_SECS;
 use crate::txn::{HealthCheck, Node, Restarter};
 use caches::{fingerprint, quiet, sleep_until_opt};
 use gate::{GateTimings, SlotGate};
@@ -115,7 +116,8 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         mut credentials_changed: impl FnMut() -> bool,
     ) -> anyhow::Result<Exit> {
         self.count_crash(store, state);
-        adopt_pending(&self.node.health, store, state).await?;
+        let mut adoption = Adoption::default();
+        adoption.run_if_due(&self.node.health, store, state).await?;
         crate::telemetry::settled(state.shims.len(), Vec::new());
         crate::telemetry::doing(Some("connecting to the cluster".into()));
         let (nudge_tx, mut nudge) = mpsc::channel::<()>(1);
@@ -132,21 +134,15 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         {
             return Ok(exit);
         }
-        tracing::info!(node = %self.node_name, "watching Shims, this Node and its pods");
-        crate::telemetry::doing(None);
-        crate::telemetry::settled(state.shims.len(), self.memory.failing());
-        crate::telemetry::ready();
-        SlotGate::release_leftovers(self.client.clone(), &self.node_name).await;
-        self.shutdown = Some(shutdown.clone());
+        self.watching(state, &shutdown).await;
         let mut last_fp = None;
-        let retain_every = Duration::from_secs(crate::txn::retain::RETAIN_CHECK_SECS);
-        let mut retain_due = Instant::now() + retain_every;
+        let mut retain_due = Instant::now() + Duration::from_secs(RETAIN_CHECK_SECS);
         loop {
-            if !state.retained.is_empty() && retain_due <= Instant::now() {
-                retain_due = Instant::now() + retain_every;
-                if self.collect_retained(store, state) {
-                    last_fp = None; // the node's report changes
-                }
+            if self
+                .housekeep(store, state, &mut adoption, &mut retain_due)
+                .await?
+            {
+                last_fp = None; // the node's report changes
             }
             let due = self
                 .memory
@@ -161,9 +157,11 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                     continue;
                 }
             }
-            let due = self
-                .memory
-                .next_due((!state.retained.is_empty()).then_some(retain_due));
+            let due = earliest(
+                self.memory
+                    .next_due((!state.retained.is_empty()).then_some(retain_due)),
+                adoption.next_due(),
+            );
             tokio::select! {
                 _ = shutdown.changed() => return Ok(Exit::Shutdown),
                 Some(()) = nudge.recv() => {
@@ -186,6 +184,38 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         }
     }
 
+    /// The caches are filled: ready, the slots a crash left given back.
+    async fn watching(&mut self, state: &NodeState, shutdown: &tokio_watch::Receiver<bool>) {
+        tracing::info!(node = %self.node_name, "watching Shims, this Node and its pods");
+        crate::telemetry::doing(None);
+        crate::telemetry::settled(state.shims.len(), self.memory.failing());
+        crate::telemetry::ready();
+        SlotGate::release_leftovers(self.client.clone(), &self.node_name).await;
+        self.shutdown = Some(shutdown.clone());
+    }
+
+    /// What is due between rounds: pre-baked shims that failed their check are checked again,
+    /// replaced versions no task uses any more are collected. True when the node's report
+    /// may change.
+    async fn housekeep(
+        &mut self,
+        store: &StateStore,
+        state: &mut NodeState,
+        adoption: &mut Adoption,
+        retain_due: &mut Instant,
+    ) -> anyhow::Result<bool> {
+        let mut changed = false;
+        if adoption.next_due().is_some_and(|d| d <= Instant::now()) {
+            adoption.run_if_due(&self.node.health, store, state).await?;
+            changed = true;
+        }
+        if !state.retained.is_empty() && *retain_due <= Instant::now() {
+            *retain_due = Instant::now() + Duration::from_secs(RETAIN_CHECK_SECS);
+            changed |= self.collect_retained(store, state);
+        }
+        Ok(changed)
+    }
+
     /// Collect the replaced versions no task uses any more; true when some went.
     fn collect_retained(&self, store: &StateStore, state: &mut NodeState) -> bool {
         let before = state.retained.clone();
@@ -193,5 +223,13 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
         }
         state.retained != before
+    }
+}
+
+/// The earlier of two due times, either of which may be absent.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

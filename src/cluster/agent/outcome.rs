@@ -11,16 +11,24 @@ use super::memory::{self, Ended, Judgement};
 use crate::api::Shim;
 use crate::cluster::target::NodePlan;
 use crate::state::NodeState;
-use crate::txn::error::{blamed_by, only_waits, reason_of, superseded};
-use crate::txn::{HealthCheck, Report, Restarter};
+use crate::txn::error::{blamed_by, kind_of, only_waits, reason_of, superseded};
+use crate::txn::{HealthCheck, Report, Restarter, TxnReason};
 
-/// The Event reason of a failed change: what was being done, from the failure's reason, whether
-/// the Shim was installed before, and whether the cluster still wants it.
-pub fn event_reason(reason: &str, was_installed: bool, wanted: bool) -> &'static str {
-    match (reason, was_installed, wanted) {
-        ("DriftUnrepairable", ..) => "DriftUnrepairable",
+/// The Event reason of a failed change: what was being done, from the failed transaction's
+/// kind and reason, whether the Shim was installed before, and whether the cluster still
+/// wants it. A runtime that failed its check, and a node that cannot run pods, keep the
+/// check's own reason (`SandboxCheckFailed`, `NoSandboxImage`, ...).
+pub fn event_reason(
+    kind: Option<TxnReason>,
+    reason: &'static str,
+    was_installed: bool,
+    wanted: bool,
+) -> &'static str {
+    match (kind, was_installed, wanted) {
+        (Some(TxnReason::DriftUnrepairable), ..) => "DriftUnrepairable",
         (_, _, false) => "UninstallFailed",
-        ("RolledBack", ..) => "RolledBack",
+        (Some(TxnReason::CheckFailed | TxnReason::NodeCannotRunPods), ..) => reason,
+        (Some(TxnReason::RolledBack), ..) => "RolledBack",
         (_, true, true) => "UpgradeFailed",
         (_, false, true) => "InstallFailed",
     }
@@ -120,14 +128,15 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             Judgement::Blame(culprits) => culprits,
         };
         self.memory.rerun();
-        let reason = reason_of(&e);
+        let (kind, reason) = (kind_of(&e), reason_of(&e));
         for name in culprits {
             let shim = cluster.iter().find(|s| s.name() == name);
             let pause = self
                 .memory
                 .failed(&name, shim, reason, message.clone(), Instant::now());
             tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed, retrying in {} s: {message}", pause.as_secs());
-            let ev_reason = event_reason(reason, before.shims.contains_key(&name), shim.is_some());
+            let was = before.shims.contains_key(&name);
+            let ev_reason = event_reason(kind, reason, was, shim.is_some());
             let note = format!("{reason}: {message}");
             self.emit(cluster, &name, node, EventType::Warning, ev_reason, note);
         }
@@ -207,17 +216,49 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
 #[cfg(test)]
 mod tests {
     use super::event_reason;
+    use crate::txn::TxnReason::*;
 
     #[test]
     fn a_failed_change_is_named_by_what_it_was_doing() {
-        assert_eq!(event_reason("FetchFailed", false, true), "InstallFailed");
-        assert_eq!(event_reason("FetchFailed", true, true), "UpgradeFailed");
-        assert_eq!(event_reason("RolledBack", true, true), "RolledBack");
-        assert_eq!(event_reason("RolledBack", false, true), "RolledBack");
-        assert_eq!(event_reason("RolledBack", true, false), "UninstallFailed");
         assert_eq!(
-            event_reason("DriftUnrepairable", true, false),
+            event_reason(None, "FetchFailed", false, true),
+            "InstallFailed"
+        );
+        assert_eq!(
+            event_reason(None, "FetchFailed", true, true),
+            "UpgradeFailed"
+        );
+        assert_eq!(
+            event_reason(Some(RolledBack), "RolledBack", true, true),
+            "RolledBack"
+        );
+        assert_eq!(
+            event_reason(Some(RolledBack), "RolledBack", false, true),
+            "RolledBack"
+        );
+        assert_eq!(
+            event_reason(Some(RolledBack), "RolledBack", true, false),
+            "UninstallFailed"
+        );
+        assert_eq!(
+            event_reason(Some(DriftUnrepairable), "DriftUnrepairable", true, false),
             "DriftUnrepairable"
+        );
+    }
+
+    #[test]
+    fn a_runtime_that_failed_its_check_keeps_the_checks_reason() {
+        assert_eq!(
+            event_reason(Some(CheckFailed), "SandboxCheckFailed", false, true),
+            "SandboxCheckFailed"
+        );
+        assert_eq!(
+            event_reason(Some(NodeCannotRunPods), "NoSandboxImage", true, true),
+            "NoSandboxImage"
+        );
+        assert_eq!(
+            event_reason(Some(Unprepared), "MissingLibraries", false, true),
+            "InstallFailed"
         );
     }
 }

@@ -1,6 +1,6 @@
-//! [`CriClient`]: the [`RuntimeHealth`] port on containerd's CRI (`runtime.v1.RuntimeService`)
-//! over its unix socket, and the pure parsers that turn a `Status` reply into a
-//! [`CriStatus`].
+//! [`CriClient`]: the [`RuntimeHealth`] port on containerd's CRI (`runtime.v1.RuntimeService`
+//! and `ImageService`) over its unix socket; the pure parsers that turn a `Status` reply into
+//! a [`CriStatus`] are in [`status`].
 //!
 //! Where the handler list comes from:
 //! - containerd ≥ 2.0 fills `StatusResponse.runtime_handlers`;
@@ -12,7 +12,9 @@
 //! compiling the whole generated CRI API and needing `protoc` at build time. Besides
 //! `Version` and `Status`, the client has the pod-sandbox calls (`RunPodSandbox` with a
 //! runtime handler, `PodSandboxStatus`, `ListPodSandbox`, `StopPodSandbox`,
-//! `RemovePodSandbox`) with the minimal fields, which prove that a handler is really served.
+//! `RemovePodSandbox`), the container calls of one short-lived container and the image
+//! lookup and pull, with the minimal fields ([`containers`]): what the functional check of a
+//! new handler needs ([`crate::node::check`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +26,13 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{CriStatus, NodeError, RuntimeHealth};
 
+pub mod containers;
 pub mod proto;
+mod status;
+
+pub use status::{
+    handlers_from_verbose_info, sandbox_image_from_verbose_info, status_from_response,
+};
 
 /// Where [`CriStatus::handlers`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,70 +51,42 @@ const STOP_SANDBOX_PATH: &str = "/runtime.v1.RuntimeService/StopPodSandbox";
 const REMOVE_SANDBOX_PATH: &str = "/runtime.v1.RuntimeService/RemovePodSandbox";
 const SANDBOX_STATUS_PATH: &str = "/runtime.v1.RuntimeService/PodSandboxStatus";
 const LIST_SANDBOX_PATH: &str = "/runtime.v1.RuntimeService/ListPodSandbox";
+const CREATE_CONTAINER_PATH: &str = "/runtime.v1.RuntimeService/CreateContainer";
+const START_CONTAINER_PATH: &str = "/runtime.v1.RuntimeService/StartContainer";
+const STOP_CONTAINER_PATH: &str = "/runtime.v1.RuntimeService/StopContainer";
+const REMOVE_CONTAINER_PATH: &str = "/runtime.v1.RuntimeService/RemoveContainer";
+const CONTAINER_STATUS_PATH: &str = "/runtime.v1.RuntimeService/ContainerStatus";
+const IMAGE_STATUS_PATH: &str = "/runtime.v1.ImageService/ImageStatus";
+const PULL_IMAGE_PATH: &str = "/runtime.v1.ImageService/PullImage";
 /// The CRI API version the agent speaks.
 const CRI_API_VERSION: &str = "v1";
 
-/// Turn a `Status` reply into a [`CriStatus`] (pure).
-pub fn status_from_response(resp: &proto::StatusResponse) -> Result<CriStatus, NodeError> {
-    let conditions = resp
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    let find = |t: &str| conditions.iter().find(|c| c.r#type == t);
-    let runtime = find("RuntimeReady");
-    let runtime_ready = runtime.is_some_and(|c| c.status);
-    let runtime_detail = match runtime {
-        None => "no RuntimeReady condition".to_string(),
-        Some(c) if !c.status => format!("{}: {}", c.reason, c.message),
-        Some(_) => String::new(),
-    };
-    let (handlers, handler_source) = if resp.runtime_handlers.is_empty() {
-        (
-            handlers_from_verbose_info(&resp.info)?,
-            HandlerSource::VerboseConfig,
-        )
-    } else {
-        let mut names: Vec<String> = resp
-            .runtime_handlers
-            .iter()
-            .filter(|h| !h.name.is_empty())
-            .map(|h| h.name.clone())
-            .collect();
-        names.sort();
-        names.dedup();
-        (names, HandlerSource::RuntimeHandlers)
-    };
-    Ok(CriStatus {
-        runtime_ready,
-        runtime_detail,
-        network_ready: find("NetworkReady").is_some_and(|c| c.status),
-        handlers,
-        handler_source,
-    })
-}
-
-/// Handler names (sorted) from containerd 1.x's verbose info: the keys of
-/// `info["config"]` → `containerd` → `runtimes` (pure).
-pub fn handlers_from_verbose_info(
-    info: &HashMap<String, String>,
-) -> Result<Vec<String>, NodeError> {
-    let raw = info.get("config").ok_or_else(|| NodeError::CriInfo {
-        detail: "no `config` key in the verbose info (was verbose=true sent?)".to_string(),
-    })?;
-    let config: serde_json::Value = serde_json::from_str(raw).map_err(|e| NodeError::CriInfo {
-        detail: format!("`config` is not JSON: {e}"),
-    })?;
-    let runtimes = config
-        .get("containerd")
-        .and_then(|c| c.get("runtimes"))
-        .and_then(|r| r.as_object())
-        .ok_or_else(|| NodeError::CriInfo {
-            detail: "`config` has no `containerd.runtimes` object".to_string(),
-        })?;
-    let mut names: Vec<String> = runtimes.keys().cloned().collect();
-    names.sort();
-    Ok(names)
+/// Why a CRI call has no answer: containerd could not be reached (or its CRI did not load),
+/// it refused the call with a gRPC status (the runtime's own error is in its message), or no
+/// answer came in time.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The CRI is not available.
+    #[error(transparent)]
+    Unavailable(#[from] NodeError),
+    /// The call reached containerd and failed there.
+    #[error("{path} failed: {code}: {message}")]
+    Refused {
+        /// The method.
+        path: &'static str,
+        /// The gRPC status code (`Unknown`, `NotFound`, ...).
+        code: String,
+        /// containerd's message (untrusted text: the runtime's own words).
+        message: String,
+    },
+    /// No answer within the time given.
+    #[error("{path}: no answer within {} ms", after.as_millis())]
+    TimedOut {
+        /// The method.
+        path: &'static str,
+        /// The time given.
+        after: Duration,
+    },
 }
 
 /// containerd's CRI over its unix socket. Every call dials afresh: a restart of containerd
@@ -150,7 +130,8 @@ impl CriClient {
             .map_err(|e| self.unavailable(format!("cannot connect: {}", error_chain(&e)), false))
     }
 
-    async fn unary<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp, NodeError>
+    /// One unary call: its answer, or why it has none ([`CallError`]).
+    async fn call<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp, CallError>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
@@ -163,17 +144,52 @@ impl CriClient {
         let uri_path = http::uri::PathAndQuery::from_static(path);
         match grpc.unary(tonic::Request::new(req), uri_path, codec).await {
             Ok(r) => Ok(r.into_inner()),
-            Err(s) if s.code() == tonic::Code::Unimplemented => Err(self.unavailable(
-                format!(
-                    "{path} is unimplemented: the CRI plugin did not load (see `ctr plugins ls` \
-                     and containerd's journal)"
-                ),
-                true,
-            )),
-            Err(s) => Err(self.unavailable(
-                format!("{path} failed: {:?}: {}", s.code(), s.message()),
-                false,
-            )),
+            Err(s) if s.code() == tonic::Code::Unimplemented => Err(self
+                .unavailable(
+                    format!(
+                        "{path} is unimplemented: the CRI plugin did not load (see `ctr plugins ls` \
+                         and containerd's journal)"
+                    ),
+                    true,
+                )
+                .into()),
+            Err(s) => Err(CallError::Refused {
+                path,
+                code: format!("{:?}", s.code()),
+                message: s.message().to_string(),
+            }),
+        }
+    }
+
+    /// [`call`](Self::call) where a refusal is one more way of being unavailable.
+    async fn unary<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp, NodeError>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        self.call(path, req).await.map_err(|e| match e {
+            CallError::Unavailable(e) => e,
+            refused => self.unavailable(refused.to_string(), false),
+        })
+    }
+
+    /// [`call`](Self::call) within `timeout`.
+    async fn call_within<Req, Resp>(
+        &self,
+        timeout: Duration,
+        path: &'static str,
+        req: Req,
+    ) -> Result<Resp, CallError>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        match tokio::time::timeout(timeout, self.call(path, req)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(CallError::TimedOut {
+                path,
+                after: timeout,
+            }),
         }
     }
 
@@ -270,16 +286,180 @@ impl CriClient {
         let resp: proto::ListPodSandboxResponse = self
             .with_timeout(
                 timeout,
-                self.unary(LIST_SANDBOX_PATH, proto::ListPodSandboxRequest {}),
+                self.unary(
+                    LIST_SANDBOX_PATH,
+                    proto::ListPodSandboxRequest { filter: None },
+                ),
             )
             .await?;
         Ok(resp.items)
+    }
+
+    /// `ListPodSandbox` of the sandboxes that carry every label of `labels`.
+    pub async fn list_labelled_sandboxes(
+        &self,
+        labels: HashMap<String, String>,
+        timeout: Duration,
+    ) -> Result<Vec<proto::PodSandbox>, CallError> {
+        let filter = proto::PodSandboxFilter {
+            label_selector: labels,
+        };
+        let req = proto::ListPodSandboxRequest {
+            filter: Some(filter),
+        };
+        let resp: proto::ListPodSandboxResponse =
+            self.call_within(timeout, LIST_SANDBOX_PATH, req).await?;
+        Ok(resp.items)
+    }
+
+    /// `RunPodSandbox`, its refusal kept apart from an unreachable CRI.
+    pub async fn try_run_pod_sandbox(
+        &self,
+        config: proto::PodSandboxConfig,
+        runtime_handler: &str,
+        timeout: Duration,
+    ) -> Result<String, CallError> {
+        let req = proto::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: runtime_handler.to_string(),
+        };
+        let resp: proto::RunPodSandboxResponse =
+            self.call_within(timeout, RUN_SANDBOX_PATH, req).await?;
+        Ok(resp.pod_sandbox_id)
+    }
+
+    /// `PodSandboxStatus` (not verbose).
+    pub async fn try_pod_sandbox_status(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<proto::PodSandboxStatusResponse, CallError> {
+        let req = proto::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: false,
+        };
+        self.call_within(timeout, SANDBOX_STATUS_PATH, req).await
+    }
+
+    /// `StopPodSandbox`, then `RemovePodSandbox` (both idempotent).
+    pub async fn stop_and_remove_sandbox(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let req = || proto::PodSandboxIdRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        let _: proto::Empty = self.call_within(timeout, STOP_SANDBOX_PATH, req()).await?;
+        let _: proto::Empty = self
+            .call_within(timeout, REMOVE_SANDBOX_PATH, req())
+            .await?;
+        Ok(())
+    }
+
+    /// `ImageStatus`: whether the node has `image` (its id), as the kubelet asks before a pull.
+    pub async fn image_id(
+        &self,
+        image: &str,
+        timeout: Duration,
+    ) -> Result<Option<String>, CallError> {
+        let req = containers::ImageStatusRequest {
+            image: Some(image_spec(image)),
+        };
+        let resp: containers::ImageStatusResponse =
+            self.call_within(timeout, IMAGE_STATUS_PATH, req).await?;
+        Ok(resp.image.map(|i| i.id).filter(|id| !id.is_empty()))
+    }
+
+    /// `PullImage` with containerd's own registry configuration (no credentials of ours).
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        sandbox: Option<proto::PodSandboxConfig>,
+        timeout: Duration,
+    ) -> Result<String, CallError> {
+        let req = containers::PullImageRequest {
+            image: Some(image_spec(image)),
+            sandbox_config: sandbox,
+        };
+        let resp: containers::PullImageResponse =
+            self.call_within(timeout, PULL_IMAGE_PATH, req).await?;
+        Ok(resp.image_ref)
+    }
+
+    /// `CreateContainer` in sandbox `sandbox_id`: the new container's ID.
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: containers::ContainerConfig,
+        sandbox: proto::PodSandboxConfig,
+        timeout: Duration,
+    ) -> Result<String, CallError> {
+        let req = containers::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox),
+        };
+        let resp: containers::CreateContainerResponse = self
+            .call_within(timeout, CREATE_CONTAINER_PATH, req)
+            .await?;
+        Ok(resp.container_id)
+    }
+
+    /// `StartContainer`.
+    pub async fn start_container(&self, id: &str, timeout: Duration) -> Result<(), CallError> {
+        let req = containers::ContainerIdRequest {
+            container_id: id.to_string(),
+        };
+        let _: proto::Empty = self.call_within(timeout, START_CONTAINER_PATH, req).await?;
+        Ok(())
+    }
+
+    /// `ContainerStatus`.
+    pub async fn container_status(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<containers::ContainerStatus, CallError> {
+        let req = containers::ContainerStatusRequest {
+            container_id: id.to_string(),
+        };
+        let resp: containers::ContainerStatusResponse = self
+            .call_within(timeout, CONTAINER_STATUS_PATH, req)
+            .await?;
+        Ok(resp.status.unwrap_or_default())
+    }
+
+    /// `StopContainer` at once, then `RemoveContainer` (both idempotent).
+    pub async fn stop_and_remove_container(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let stop = containers::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: 0,
+        };
+        let _: proto::Empty = self.call_within(timeout, STOP_CONTAINER_PATH, stop).await?;
+        let remove = containers::ContainerIdRequest {
+            container_id: id.to_string(),
+        };
+        let _: proto::Empty = self
+            .call_within(timeout, REMOVE_CONTAINER_PATH, remove)
+            .await?;
+        Ok(())
     }
 }
 
 impl RuntimeHealth for CriClient {
     async fn status(&self, timeout: Duration) -> Result<CriStatus, NodeError> {
         status_from_response(&self.status_raw(timeout).await?)
+    }
+}
+
+fn image_spec(image: &str) -> containers::ImageSpec {
+    containers::ImageSpec {
+        image: image.to_string(),
     }
 }
 

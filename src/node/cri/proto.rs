@@ -84,6 +84,8 @@ pub struct StatusResponse {
 
 /// `NamespaceMode::POD`: a namespace of the pod's own.
 pub const NAMESPACE_POD: i32 = 0;
+/// `NamespaceMode::CONTAINER`: a namespace of the container's own (the kubelet's pid default).
+pub const NAMESPACE_CONTAINER: i32 = 1;
 /// `NamespaceMode::NODE`: the node's namespace (`hostNetwork: true` for the network).
 pub const NAMESPACE_NODE: i32 = 2;
 /// `PodSandboxState::SANDBOX_READY`.
@@ -235,9 +237,21 @@ pub struct PodSandboxStatusResponse {
     pub info: HashMap<String, String>,
 }
 
+/// `PodSandboxFilter`: only the label selector is used (`MatchLabels`, ANDed).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodSandboxFilter {
+    /// Labels every listed sandbox has.
+    #[prost(map = "string, string", tag = "3")]
+    pub label_selector: HashMap<String, String>,
+}
+
 /// `ListPodSandboxRequest` (no filter: every sandbox).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ListPodSandboxRequest {}
+pub struct ListPodSandboxRequest {
+    /// Which sandboxes; none: every one.
+    #[prost(message, optional, tag = "1")]
+    pub filter: Option<PodSandboxFilter>,
+}
 
 /// `PodSandbox`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -251,6 +265,9 @@ pub struct PodSandbox {
     /// [`SANDBOX_READY`] or [`SANDBOX_NOTREADY`].
     #[prost(int32, tag = "3")]
     pub state: i32,
+    /// Labels.
+    #[prost(map = "string, string", tag = "5")]
+    pub labels: HashMap<String, String>,
     /// Runtime handler the sandbox runs with.
     #[prost(string, tag = "7")]
     pub runtime_handler: String,

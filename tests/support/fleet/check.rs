@@ -245,6 +245,26 @@ impl Restarter for &Host {
 }
 
 impl HealthCheck for &Host {
+    async fn prove(
+        &self,
+        checks: &[shim_agent::node::check::HandlerCheck],
+    ) -> Result<Vec<shim_agent::node::check::CheckReport>, Vec<(String, shim_agent::node::NodeError)>>
+    {
+        (&self.inner).prove(checks).await
+    }
+
+    async fn sweep_checks(&self) -> Result<usize, shim_agent::node::NodeError> {
+        (&self.inner).sweep_checks().await
+    }
+
+    async fn sandbox_ready(&self) -> Result<(), shim_agent::node::NodeError> {
+        (&self.inner).sandbox_ready().await
+    }
+
+    async fn runtime_version(&self) -> Option<String> {
+        (&self.inner).runtime_version().await
+    }
+
     async fn verify(
         &self,
         present: &[String],

@@ -264,6 +264,7 @@ pub async fn node_env_at(test: &str, env_file: Option<&Path>) -> Option<NodeEnv>
     env.containerd.major_minor = major_minor(&v.runtime_version)
         .unwrap_or_else(|| panic!("containerd version {:?}", v.runtime_version));
     env.containerd.version = v.runtime_version;
+    env.ensure_images();
     eprintln!(
         "{test}: containerd {}, config version {}",
         env.containerd.version, env.containerd.config_version
@@ -307,6 +308,8 @@ impl NodeEnv {
             health: shim_agent::txn::real::CriHealth {
                 cri: self.cri.clone(),
                 timeout: VERIFY_TIMEOUT,
+                check: shim_agent::txn::real::check_place(root, settings)
+                    .expect("the check's directory under the node's root"),
             },
         }
     }
@@ -365,6 +368,77 @@ impl NodeEnv {
                 std::fs::remove_file(e.path()).expect("remove a conf.d file");
             }
         }
+    }
+
+    /// The images every pod sandbox and check needs, imported once per boot (the node has no
+    /// registry): the sandbox image containerd names (1.x `sandbox_image`, 2.x
+    /// `pinned_images.sandbox`), from the kube env's minimal `pause` (or, without the kube env,
+    /// a sandbox of the node's static busybox that only sleeps), and [`CHECK_IMAGE`], the
+    /// node's busybox, for check containers.
+    pub fn ensure_images(&self) {
+        let refs = self.image_refs();
+        let name = self.sandbox_image();
+        if !refs.contains(&name) {
+            let tar = match pause_binary() {
+                Some(pause) => {
+                    let bytes = std::fs::read(&pause).expect("read the pause binary");
+                    oci_image(&name, &[("/pause", &bytes, 0o755)], &["/pause"])
+                }
+                None => {
+                    let bb = std::fs::read(self.root.join("bin/busybox")).expect("busybox");
+                    oci_image(
+                        &name,
+                        &[("/busybox", &bb, 0o755)],
+                        &["/busybox", "sleep", "infinity"],
+                    )
+                }
+            };
+            self.import_image(&tar);
+        }
+        if !refs.contains(&CHECK_IMAGE.to_string()) {
+            let bb = std::fs::read(self.root.join("bin/busybox")).expect("busybox");
+            self.import_image(&oci_image(
+                CHECK_IMAGE,
+                &[("/bin/busybox", &bb, 0o755)],
+                &["/bin/busybox"],
+            ));
+        }
+    }
+
+    /// The sandbox image containerd's config names.
+    pub fn sandbox_image(&self) -> String {
+        let dump = self.exec_ok(&["containerd", "config", "dump"]);
+        let key = if self.containerd.is_2x() {
+            "sandbox"
+        } else {
+            "sandbox_image"
+        };
+        dump.lines()
+            .find_map(|l| {
+                let v = l.trim().strip_prefix(key)?.trim_start();
+                Some(
+                    v.strip_prefix('=')?
+                        .trim()
+                        .trim_matches(['"', '\''])
+                        .to_string(),
+                )
+            })
+            .unwrap_or_else(|| panic!("{key} in `containerd config dump`"))
+    }
+
+    /// The check sandboxes (and any other sandboxes) containerd's CRI lists now.
+    pub async fn check_sandboxes(&self) -> Vec<String> {
+        let labels = HashMap::from([(
+            shim_agent::node::check::CHECK_LABEL.to_string(),
+            "true".to_string(),
+        )]);
+        self.cri
+            .list_labelled_sandboxes(labels, VERIFY_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("ListPodSandbox: {e}"))
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
     }
 
     /// Back to the node every test starts from (see the module's Guarantees).
@@ -499,6 +573,26 @@ impl NodeEnv {
         args.extend(refs.iter().map(String::as_str));
         let _ = self.exec(&args);
     }
+}
+
+/// A busybox image (the node's static busybox) for check containers: `/bin/busybox`, run as
+/// `["/bin/busybox", "sh", "-c", "..."]`.
+pub const CHECK_IMAGE: &str = "localhost/shim-agent-check:v1";
+
+/// The kube env's minimal `pause` (its `assets.sh` unpacks it), when the kube env is here.
+pub fn pause_binary() -> Option<PathBuf> {
+    let dir = std::env::var_os("KUBE_ENV_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kube-env");
+            shared.is_dir().then_some(shared)
+        })?;
+    let out = std::process::Command::new(dir.join("assets.sh"))
+        .output()
+        .ok()?;
+    let assets = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let pause = assets.join("pause");
+    (out.status.success() && pause.is_file()).then_some(pause)
 }
 
 /// A single-layer OCI image layout tar (what `ctr images import` reads) named `name`

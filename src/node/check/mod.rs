@@ -1,0 +1,336 @@
+//! The functional check of a runtime handler (docs/design.md §3): after containerd lists a new
+//! handler, a pod sandbox is started through it over CRI as the kubelet starts one
+//! (`RunPodSandbox` with `runtime_handler`), must be ready, and is stopped and removed; where
+//! the Shim names a check container, it runs in that sandbox and must exit as asked.
+//!
+//! # Guarantees
+//! - Nothing the check creates outlives it: the sandbox (and with it its container) is stopped
+//!   and removed whatever the outcome; a call that timed out is followed by a sweep of that
+//!   check's sandboxes; [`sweep`] removes every check sandbox a crash left, and runs at start.
+//! - Every sandbox it makes carries [`CHECK_LABEL`] and its own [`CHECK_ID_LABEL`], is named
+//!   `shim-agent-check-<handler>` in the CRI namespace [`CHECK_NAMESPACE`], uses the node's
+//!   network (no CNI needed, no pod IP taken) and the `system.slice` cgroup parent (outside
+//!   the kubelet's `kubepods`, valid for the cgroupfs and the systemd drivers alike).
+//! - A node without its sandbox image is [`NodeError::NoSandboxImage`], never blamed on the
+//!   runtime; the runtime's own refusal is [`NodeError::SandboxCheckFailed`] with its words.
+//!
+//! # Caveats
+//! - The kubelet lists every sandbox of containerd's CRI and may stop one it does not know
+//!   (an orphan) at its next housekeeping; the check lives well under a second with runc and
+//!   stops its sandbox itself.
+
+mod output;
+mod sandbox;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub use output::{Ended, judge, read_cri_log};
+pub use sandbox::{CHECK_CGROUP_PARENT, check_sandbox_config, container_config, sandbox_id_for};
+
+use super::NodeError;
+use super::cri::{CallError, CriClient};
+use crate::text::clip;
+
+/// Label on every check sandbox (value `"true"`): what [`sweep`] looks for.
+pub const CHECK_LABEL: &str = "containerd.x-k8s.io/runtime-check";
+/// Label with the check's own id (its sandbox's uid).
+pub const CHECK_ID_LABEL: &str = "containerd.x-k8s.io/runtime-check-id";
+/// Label naming the handler checked.
+pub const CHECK_HANDLER_LABEL: &str = "containerd.x-k8s.io/runtime-check-handler";
+/// The CRI metadata namespace of check sandboxes (not a Kubernetes namespace).
+pub const CHECK_NAMESPACE: &str = "shim-agent-check";
+/// Longest part of a runtime's own error kept in a failure.
+pub const DETAIL_MAX_BYTES: usize = 600;
+/// How often a running check container's status is asked.
+const POLL: Duration = Duration::from_millis(50);
+/// How long the cleanup calls may take each.
+const CLEANUP_CALL: Duration = Duration::from_secs(30);
+
+/// What to check for one handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerCheck {
+    pub handler: String,
+    /// The Shim's check container, when it names one.
+    pub container: Option<ContainerCheck>,
+}
+
+/// A check container, as plain data (from the Shim's `spec.check.container`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerCheck {
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub exit_code: i32,
+    /// Text its output must contain.
+    pub output_contains: Option<String>,
+    /// For pulling its image, running it and reading its output.
+    pub timeout: Duration,
+}
+
+/// Where a check writes and how long its sandbox may take.
+#[derive(Debug, Clone)]
+pub struct CheckPlace {
+    /// The directory, as containerd sees it on the node, under which each check gets a log
+    /// directory (`<state-dir>/checks`).
+    pub logs_node: String,
+    /// The same directory as this process reaches it.
+    pub logs_local: PathBuf,
+    /// For the sandbox image, `RunPodSandbox` and its status.
+    pub sandbox_timeout: Duration,
+}
+
+/// What a passed check took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    pub handler: String,
+    /// From `RunPodSandbox` to the sandbox seen ready.
+    pub sandbox: Duration,
+    /// The check container, from its image to its judged output.
+    pub container: Option<Duration>,
+    /// The whole check, cleanup included.
+    pub total: Duration,
+}
+
+/// Run the check of `check.handler`; whatever the outcome, its sandbox is gone after.
+pub async fn check_handler(
+    cri: &CriClient,
+    check: &HandlerCheck,
+    place: &CheckPlace,
+) -> Result<CheckReport, NodeError> {
+    let t0 = Instant::now();
+    ensure_sandbox_image(cri, place.sandbox_timeout).await?;
+    let id = sandbox_id_for(&check.handler);
+    let logs_local = place.logs_local.join(&id);
+    let logs_node = format!("{}/{id}", place.logs_node.trim_end_matches('/'));
+    if let Err(e) = std::fs::create_dir_all(&logs_local) {
+        tracing::warn!(dir = %logs_local.display(), "cannot create the check's log directory: {e}");
+    }
+    let config = check_sandbox_config(&check.handler, &id, &logs_node);
+    let log = logs_local.join(sandbox::CHECK_LOG);
+    let ran = run_in_sandbox(cri, check, place, config, &log).await;
+    if let Err(e) = sweep_id(cri, &id).await {
+        tracing::warn!(handler = %check.handler, "cannot remove the check's sandbox yet (the next sweep will): {e}");
+    }
+    let _ = std::fs::remove_dir_all(&logs_local);
+    let (sandbox, container) = ran?;
+    Ok(CheckReport {
+        handler: check.handler.clone(),
+        sandbox,
+        container,
+        total: t0.elapsed(),
+    })
+}
+
+/// The sandbox, ready, then the container: how long each took.
+async fn run_in_sandbox(
+    cri: &CriClient,
+    check: &HandlerCheck,
+    place: &CheckPlace,
+    config: super::cri::proto::PodSandboxConfig,
+    log: &std::path::Path,
+) -> Result<(Duration, Option<Duration>), NodeError> {
+    let handler = &check.handler;
+    let sandbox_failed = |detail: String| NodeError::SandboxCheckFailed {
+        handler: handler.clone(),
+        detail: clip(&detail, DETAIL_MAX_BYTES),
+    };
+    let t = Instant::now();
+    let id = cri
+        .try_run_pod_sandbox(config.clone(), handler, place.sandbox_timeout)
+        .await
+        .map_err(|e| refusal(e, sandbox_failed))?;
+    let status = cri
+        .try_pod_sandbox_status(&id, place.sandbox_timeout)
+        .await
+        .map_err(|e| refusal(e, sandbox_failed))?;
+    let state = status.status.map(|s| s.state);
+    if state != Some(super::cri::proto::SANDBOX_READY) {
+        return Err(sandbox_failed(format!(
+            "the sandbox started but is not ready (state {state:?}): its runtime stopped it"
+        )));
+    }
+    let sandbox = t.elapsed();
+    let Some(c) = &check.container else {
+        return Ok((sandbox, None));
+    };
+    let t = Instant::now();
+    run_container(cri, handler, c, (&id, config), log).await?;
+    Ok((sandbox, Some(t.elapsed())))
+}
+
+/// A refused call is the runtime's failure (`failed`); an unreachable CRI stays what it is.
+fn refusal(e: CallError, failed: impl Fn(String) -> NodeError) -> NodeError {
+    match e {
+        CallError::Unavailable(e) => e,
+        other => failed(other.to_string()),
+    }
+}
+
+/// The check container in sandbox `sandbox_id`: its image had, created, started, waited for
+/// and judged.
+async fn run_container(
+    cri: &CriClient,
+    handler: &str,
+    c: &ContainerCheck,
+    (sandbox_id, sandbox): (&str, super::cri::proto::PodSandboxConfig),
+    log: &std::path::Path,
+) -> Result<(), NodeError> {
+    let deadline = Instant::now() + c.timeout;
+    let left = || deadline.saturating_duration_since(Instant::now()).max(POLL);
+    let failed = |detail: String| NodeError::ContainerCheckFailed {
+        handler: handler.to_string(),
+        detail: clip(&detail, DETAIL_MAX_BYTES),
+    };
+    ensure_image(cri, &c.image, Some(sandbox.clone()), left())
+        .await
+        .map_err(|(e, detail)| match e {
+            Some(e) => e,
+            None => NodeError::CheckImageUnavailable {
+                image: clip(&c.image, 256),
+                detail,
+            },
+        })?;
+    let config = container_config(c, sandbox_id);
+    let id = cri
+        .create_container(sandbox_id, config, sandbox, left())
+        .await
+        .map_err(|e| refusal(e, failed))?;
+    cri.start_container(&id, left())
+        .await
+        .map_err(|e| refusal(e, failed))?;
+    let status = loop {
+        let st = cri
+            .container_status(&id, left())
+            .await
+            .map_err(|e| refusal(e, failed))?;
+        if st.state == super::cri::containers::CONTAINER_EXITED {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            return Err(failed(format!(
+                "still running after {} s (spec.check.container.timeoutSeconds)",
+                c.timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    let ended = read_output(&status, log, c, deadline).await;
+    judge(c, &ended).map_err(failed)
+}
+
+/// What the exited container printed. The log file may still be written for a moment after
+/// the exit is reported, so a missing expected output is read again until `deadline` (at most
+/// 1 s more).
+async fn read_output(
+    status: &super::cri::containers::ContainerStatus,
+    log: &std::path::Path,
+    c: &ContainerCheck,
+    deadline: Instant,
+) -> Ended {
+    let settle = (Instant::now() + Duration::from_secs(1)).min(deadline);
+    loop {
+        let output = read_log_file(log);
+        let complete = c
+            .output_contains
+            .as_ref()
+            .is_none_or(|want| output.contains(want.as_str()));
+        if complete || Instant::now() >= settle {
+            return Ended {
+                exit_code: status.exit_code,
+                reason: status.reason.clone(),
+                output,
+            };
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A CRI log file read back, at most [`output::MAX_LOG_BYTES`] of it (empty when unreadable).
+fn read_log_file(path: &std::path::Path) -> String {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.take(output::MAX_LOG_BYTES as u64).read_to_end(&mut bytes);
+    }
+    read_cri_log(&bytes)
+}
+
+/// The sandbox image containerd is configured with, present or pulled; `Err`:
+/// [`NodeError::NoSandboxImage`] (or the CRI is unavailable).
+pub async fn ensure_sandbox_image(cri: &CriClient, timeout: Duration) -> Result<String, NodeError> {
+    let status = cri.status_raw(timeout).await?;
+    let Some(image) = super::cri::sandbox_image_from_verbose_info(&status.info) else {
+        // containerd names none: RunPodSandbox will say what it misses
+        return Ok(String::new());
+    };
+    ensure_image(cri, &image, None, timeout)
+        .await
+        .map_err(|(e, detail)| match e {
+            Some(e) => e,
+            None => NodeError::NoSandboxImage {
+                image: clip(&image, 256),
+                detail,
+            },
+        })?;
+    Ok(image)
+}
+
+/// `image` present, else pulled. `Err((Some(e), _))`: the CRI is unavailable;
+/// `Err((None, detail))`: the image is not there and the pull failed.
+async fn ensure_image(
+    cri: &CriClient,
+    image: &str,
+    sandbox: Option<super::cri::proto::PodSandboxConfig>,
+    timeout: Duration,
+) -> Result<(), (Option<NodeError>, String)> {
+    let split = |e: CallError| match e {
+        CallError::Unavailable(e) => (Some(e), String::new()),
+        other => (None, clip(&other.to_string(), DETAIL_MAX_BYTES)),
+    };
+    if cri.image_id(image, timeout).await.map_err(split)?.is_some() {
+        return Ok(());
+    }
+    tracing::info!(image, "pulling an image for the runtime check");
+    cri.pull_image(image, sandbox, timeout)
+        .await
+        .map(|_| ())
+        .map_err(split)
+}
+
+/// Remove every check sandbox (a crash, a timeout or an older agent left them): how many.
+pub async fn sweep(cri: &CriClient) -> Result<usize, NodeError> {
+    let labels = HashMap::from([(CHECK_LABEL.to_string(), "true".to_string())]);
+    sweep_labelled(cri, labels).await
+}
+
+/// Remove the sandboxes of check `id`.
+async fn sweep_id(cri: &CriClient, id: &str) -> Result<usize, NodeError> {
+    let labels = HashMap::from([(CHECK_ID_LABEL.to_string(), id.to_string())]);
+    sweep_labelled(cri, labels).await
+}
+
+async fn sweep_labelled(
+    cri: &CriClient,
+    labels: HashMap<String, String>,
+) -> Result<usize, NodeError> {
+    let unavailable = |e: CallError| match e {
+        CallError::Unavailable(e) => e,
+        other => NodeError::CriUnavailable {
+            socket: cri.socket().display().to_string(),
+            detail: other.to_string(),
+            plugin_not_loaded: false,
+        },
+    };
+    let found = cri
+        .list_labelled_sandboxes(labels, CLEANUP_CALL)
+        .await
+        .map_err(unavailable)?;
+    for s in &found {
+        cri.stop_and_remove_sandbox(&s.id, CLEANUP_CALL)
+            .await
+            .map_err(unavailable)?;
+    }
+    Ok(found.len())
+}
