@@ -111,6 +111,16 @@ struct InstallArgs {
     /// Platform of the image, as os/arch (default: this machine's, e.g. linux/amd64).
     #[arg(long, value_name = "OS/ARCH")]
     platform: Option<String>,
+    /// With --root: the containerd version the image runs (`1.7.27`, `v2.3.4`), which picks a
+    /// Shim's build for its containerd release (`platforms[].containerd`); default: asked of
+    /// the image's own containerd (`containerd --version`, run inside it).
+    #[arg(
+        long,
+        value_name = "VERSION",
+        requires = "root",
+        conflicts_with = "live"
+    )]
+    containerd_version: Option<String>,
     /// With --root: print what the install would do to the image (would install, would
     /// upgrade, would repair, or nothing to do) and change nothing; nothing is fetched.
     #[arg(long, requires = "root", conflicts_with = "live")]
@@ -287,6 +297,10 @@ fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {
     }
     let opts = image::InstallOptions {
         platform,
+        containerd_version: args
+            .containerd_version
+            .clone()
+            .or_else(|| image::image_containerd_version(&root)),
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     for shim in &shims {

@@ -42,8 +42,45 @@ pub enum InstallOutcome {
 pub struct InstallOptions {
     /// Platform of the image (default: this machine's).
     pub platform: Platform,
+    /// The containerd version the image runs, which picks a Shim's build per containerd
+    /// release (`--containerd-version`; default: [`image_containerd_version`]).
+    pub containerd_version: Option<String>,
     /// Show a progress bar.
     pub progress: bool,
+}
+
+/// The version of the containerd an image runs, asked of it (`containerd --version` run inside
+/// the image with `chroot`, so it loads the image's own libraries): `None` when that cannot be
+/// done here (not root, no containerd in the image, another architecture).
+pub fn image_containerd_version(root: &HostRoot) -> Option<String> {
+    let found = ["/usr/bin/containerd", "/usr/local/bin/containerd"]
+        .into_iter()
+        .find(|p| root.resolve(p).is_ok_and(|l| l.is_file()))?;
+    let out = if root.is_system() {
+        std::process::Command::new(found).arg("--version").output()
+    } else {
+        std::process::Command::new("chroot")
+            .arg(root.path())
+            .args([found, "--version"])
+            .output()
+    }
+    .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    parse_containerd_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The version in `containerd --version`'s answer (pure): its third word
+/// (`containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1`,
+/// `containerd github.com/containerd/containerd/v2 v2.3.4 1a2b3c`).
+pub fn parse_containerd_version(text: &str) -> Option<String> {
+    let line = text.lines().next()?;
+    let mut words = line.split_whitespace();
+    (words.next() == Some("containerd"))
+        .then(|| words.nth(1))
+        .flatten()
+        .map(|v| crate::text::clip(v, 64))
 }
 
 /// What an uninstall did.
@@ -59,6 +96,7 @@ fn image_node<'a>(
     root: &'a HostRoot,
     settings: &'a Settings,
     platform: Platform,
+    containerd_version: Option<String>,
 ) -> Node<'a, NoRestart, DeferredVerification> {
     Node {
         root,
@@ -67,7 +105,7 @@ fn image_node<'a>(
         platform,
         origin: Origin::Offline,
         restarter: NoRestart,
-        health: DeferredVerification::default(),
+        health: DeferredVerification { containerd_version },
     }
 }
 
@@ -76,7 +114,7 @@ fn image_node<'a>(
 async fn exactly<T>(
     root: &HostRoot,
     settings: &Settings,
-    platform: Platform,
+    (platform, containerd_version): (Platform, Option<String>),
     f: impl AsyncFnOnce(
         &Node<'_, NoRestart, DeferredVerification>,
         &StateStore,
@@ -88,7 +126,7 @@ async fn exactly<T>(
     undo.create_dir_all(&state_dir)?;
     undo.save_file(&state_dir.join(LOCK_FILE))?;
     undo.save_file(&state_dir.join(STATE_FILE))?;
-    let node = image_node(root, settings, platform);
+    let node = image_node(root, settings, platform, containerd_version);
     let (result, left_open) = match node.open().await {
         Ok((store, mut state)) => {
             let r = f(&node, &store, &mut state).await;
@@ -114,7 +152,7 @@ pub async fn install_offline(
     exactly(
         root,
         settings,
-        opts.platform.clone(),
+        (opts.platform.clone(), opts.containerd_version.clone()),
         async |node, store, state| {
             let upgraded = state.shims.contains_key(&name);
             let report = node
@@ -156,7 +194,7 @@ pub fn plan_offline(
     shims: &[Shim],
 ) -> anyhow::Result<InstallPlan> {
     let state = super::status::read_state(root, settings)?;
-    let node = image_node(root, settings, crate::artifact::node_platform());
+    let node = image_node(root, settings, crate::artifact::node_platform(), None);
     let facts = node.host_facts(&state);
     let mut plan = InstallPlan {
         shims: Vec::with_capacity(shims.len()),
@@ -189,35 +227,40 @@ pub async fn uninstall_offline(
         );
     }
     let platform = crate::artifact::node_platform();
-    exactly(root, settings, platform, async |node, store, state| {
-        let Some(shim) = state.shims.get(name).cloned() else {
-            let known: Vec<&str> = state.shims.keys().map(String::as_str).collect();
-            bail!(
-                "no Shim named {name:?} is installed (installed: {})",
-                if known.is_empty() {
-                    "none".to_string()
+    exactly(
+        root,
+        settings,
+        (platform, None),
+        async |node, store, state| {
+            let Some(shim) = state.shims.get(name).cloned() else {
+                let known: Vec<&str> = state.shims.keys().map(String::as_str).collect();
+                bail!(
+                    "no Shim named {name:?} is installed (installed: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                );
+            };
+            node.apply_with(store, state, vec![Change::Uninstall(name.to_string())])
+                .await?;
+            let mut out = UninstallOutcome {
+                restored: vec![],
+                changed_since: vec![],
+            };
+            for rec in &shim.config_files {
+                let now = std::fs::read(root.resolve(&rec.path)?)
+                    .ok()
+                    .map(|b| sha256_hex(&b));
+                if now == rec.sha256_before {
+                    out.restored.push(rec.path.clone());
                 } else {
-                    known.join(", ")
+                    out.changed_since.push(rec.path.clone());
                 }
-            );
-        };
-        node.apply_with(store, state, vec![Change::Uninstall(name.to_string())])
-            .await?;
-        let mut out = UninstallOutcome {
-            restored: vec![],
-            changed_since: vec![],
-        };
-        for rec in &shim.config_files {
-            let now = std::fs::read(root.resolve(&rec.path)?)
-                .ok()
-                .map(|b| sha256_hex(&b));
-            if now == rec.sha256_before {
-                out.restored.push(rec.path.clone());
-            } else {
-                out.changed_since.push(rec.path.clone());
             }
-        }
-        Ok(out)
-    })
+            Ok(out)
+        },
+    )
     .await
 }

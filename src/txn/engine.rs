@@ -298,6 +298,10 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             .await;
         match &result {
             Ok(()) => gate.release().await,
+            // the node cannot run pods at all: not the Shim's failure, its rollout goes on
+            Err(e) if super::error::kind_of(e) == Some(TxnReason::NodeCannotRunPods) => {
+                gate.release().await
+            }
             Err(e) => gate.failed(&format!("{e:#}")).await,
         }
         // Rolled back (the journal is closed): what this run fetched and created goes too.
@@ -498,6 +502,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                         "the rollout slot could not be renewed before the restart: {e}"
                     ),
                     check_failed: None,
+                    cannot_run_pods: false,
                 };
                 return self.fail_unrestarted(store, state, why).await;
             }

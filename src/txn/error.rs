@@ -132,6 +132,9 @@ pub struct StepError {
     pub message: String,
     /// A runtime check failed ([`TxnReason::CheckFailed`]), for these Shims.
     pub check_failed: Option<Vec<String>>,
+    /// Every check failed for want of the node's sandbox image: no pod can run on the node,
+    /// with any runtime ([`TxnReason::NodeCannotRunPods`]).
+    pub cannot_run_pods: bool,
 }
 
 impl StepError {
@@ -141,6 +144,7 @@ impl StepError {
             reason: None,
             message: message.into(),
             check_failed: None,
+            cannot_run_pods: false,
         }
     }
 
@@ -156,6 +160,9 @@ impl StepError {
             reason: failed.first().map(|(_, e)| e.reason()),
             message,
             check_failed: Some(failed.iter().map(|(shim, _)| shim.clone()).collect()),
+            cannot_run_pods: failed
+                .iter()
+                .all(|(_, e)| matches!(e, NodeError::NoSandboxImage { .. })),
         }
     }
 }
@@ -166,6 +173,7 @@ impl From<&NodeError> for StepError {
             reason: Some(e.reason()),
             message: format!("{e} [{}]", e.reason()),
             check_failed: None,
+            cannot_run_pods: false,
         }
     }
 }

@@ -221,6 +221,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         };
         let why = match (repair, &step.check_failed) {
             (true, _) => TxnReason::DriftUnrepairable,
+            (false, Some(_)) if step.cannot_run_pods => TxnReason::NodeCannotRunPods,
             (false, Some(_)) => TxnReason::CheckFailed,
             (false, None) => TxnReason::RolledBack,
         };

@@ -304,6 +304,7 @@ async fn an_offline_install_is_adopted_on_first_boot_without_a_second_restart() 
         .remove(0);
     let opts = shim_agent::cli::image::InstallOptions {
         platform: shim_agent::artifact::node_platform(),
+        containerd_version: None,
         progress: false,
     };
     shim_agent::cli::image::install_offline(&rig.w.root, &rig.w.settings, &parsed, &opts)

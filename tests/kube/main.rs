@@ -33,6 +33,7 @@ mod recovery;
 mod report_order;
 mod resilience;
 mod retain;
+mod runtime_check;
 mod runtime_class;
 mod shim_cache;
 mod slot_batch;

@@ -346,6 +346,17 @@ async fn one_shim_with_a_build_per_containerd_release_installs_the_build_of_this
     );
 }
 
+/// An agent process the test started, killed when the test ends however it ends: a test that
+/// fails must not leave it working on the node under the next test.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::test]
 async fn a_crash_during_the_check_leaves_no_sandbox_after_the_next_start() {
     let Some(env) =
@@ -368,27 +379,29 @@ async fn a_crash_during_the_check_leaves_no_sandbox_after_the_next_start() {
     let file = d.path().join("demo.yaml");
     std::fs::write(&file, &yaml).unwrap();
     // the packaged binary, as a node runs it: `install` on the live node under its root
-    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_shim-agent"))
-        .args(["install", "--root"])
-        .arg(&env.root)
-        .arg("--live")
-        .arg("-f")
-        .arg(&file)
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &env.bus)
-        .env("CONTAINERD_ADDRESS", env.cri.socket())
-        .spawn()
-        .expect("start shim-agent install");
+    let mut agent = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_shim-agent"))
+            .args(["install", "--root"])
+            .arg(&env.root)
+            .arg("--live")
+            .arg("-f")
+            .arg(&file)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &env.bus)
+            .env("CONTAINERD_ADDRESS", env.cri.socket())
+            .spawn()
+            .expect("start shim-agent install"),
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
-    while env.check_sandboxes().await.is_empty() {
+    while env.check_sandboxes_of("demo").await.is_empty() {
         assert!(Instant::now() < deadline, "no check sandbox appeared");
         assert!(
-            agent.try_wait().unwrap().is_none(),
+            agent.0.try_wait().unwrap().is_none(),
             "the agent ended before its check"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    agent.kill().expect("SIGKILL the agent"); // Child::kill sends SIGKILL
-    agent.wait().unwrap();
+    agent.0.kill().expect("SIGKILL the agent"); // Child::kill sends SIGKILL
+    agent.0.wait().unwrap();
     let left = env.check_sandboxes().await;
     assert_eq!(
         left.len(),
@@ -408,13 +421,80 @@ async fn a_crash_during_the_check_leaves_no_sandbox_after_the_next_start() {
         .open()
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
+    let all = env
+        .cri
+        .list_pod_sandboxes(Duration::from_secs(5))
+        .await
+        .unwrap();
     assert!(
         env.check_sandboxes().await.is_empty(),
-        "no sandbox left after the next start"
+        "no sandbox left after the next start: {all:?} (the crash left {left:?})"
     );
     let st = shim_agent::cli::status::read_state(&root, &settings).unwrap();
     assert!(
         st.journal.is_none() && st.shims.contains_key("demo"),
         "{st:?}"
     );
+}
+
+#[tokio::test]
+async fn containerd_1x_names_its_sandbox_image_in_its_status_and_2x_does_not() {
+    let Some(env) =
+        node_env("containerd_1x_names_its_sandbox_image_in_its_status_and_2x_does_not").await
+    else {
+        return;
+    };
+    let st = env.cri.status_raw(Duration::from_secs(5)).await.unwrap();
+    let named = shim_agent::node::cri::sandbox_image_from_verbose_info(&st.info);
+    // 2.x keeps it in the image service's pinned images, which its status leaves out: a
+    // node's pod check learns it from RunPodSandbox's own words there
+    let expected = (!env.containerd.is_2x()).then(|| env.sandbox_image());
+    assert_eq!(named, expected, "containerd {}", env.containerd.version);
+}
+
+#[tokio::test]
+async fn a_node_without_its_sandbox_image_is_told_so_and_the_runtime_is_not_blamed() {
+    let Some(env) =
+        node_env("a_node_without_its_sandbox_image_is_told_so_and_the_runtime_is_not_blamed").await
+    else {
+        return;
+    };
+    clean_agent_files(&env);
+    let original = env.config_files();
+    let image = env.sandbox_image();
+    // the image removed, and no registry to pull it from (this machine has no network)
+    env.remove_images(
+        &env.image_refs()
+            .into_iter()
+            .filter(|r| r == &image || r.contains("pause"))
+            .collect::<Vec<_>>(),
+    );
+    let d = tempfile::tempdir().unwrap();
+    let (url, sha) = artifact(d.path(), "own", own_runc_shim(&env));
+    let yaml = ShimBuilder::new("demo").artifact(&url, &sha).yaml();
+    let (root, settings) = (env.host_root(), Settings::default());
+    let t0 = Instant::now();
+    let e = env
+        .node(&root, &settings)
+        .apply(changes(&yaml))
+        .await
+        .unwrap_err();
+    env.ensure_images(); // back for the tests after this one
+    eprintln!(
+        "containerd {}: told in {:?}: {e:#}",
+        env.containerd.version,
+        t0.elapsed()
+    );
+    assert_eq!(reason_of(&e), "NoSandboxImage", "{e:#}");
+    let text = format!("{e:#}");
+    assert!(
+        text.contains(&image) && text.contains("not to blame"),
+        "{text}"
+    );
+    assert_eq!(
+        env.config_files(),
+        original,
+        "the config bytes are as before"
+    );
+    assert!(env.check_sandboxes().await.is_empty());
 }

@@ -415,10 +415,85 @@ fn platforms_pick_the_image_architecture() {
             &shim,
             &InstallOptions {
                 platform: Platform::new("linux", "s390x"),
+                containerd_version: None,
                 progress: false,
             },
         ))
         .unwrap_err();
     assert!(format!("{e:#}").contains("s390x"), "{e:#}");
     assert_eq!(deep_snapshot(img2.root.path()), before);
+}
+
+/// A Shim with a build for containerd before 2.0 and one for 2.0 and later.
+fn two_builds(img: &Image) -> (String, String, String) {
+    let old = tar_gz(&[Entry::File("containerd-shim-demo-v2", real_elf(), 0o755)]);
+    let new = tar_gz(&[
+        Entry::File("containerd-shim-demo-v2", real_elf(), 0o755),
+        Entry::File("NEW", b"2".to_vec(), 0o644),
+    ]);
+    let (old_url, old_sha) = write_artifact(img, "old.tgz", &old);
+    let (new_url, new_sha) = write_artifact(img, "new.tgz", &new);
+    let arch = node_platform().arch;
+    let yaml = ShimBuilder::new("demo")
+        .platform_for_containerd("linux", &arch, "<2.0", &old_url, &old_sha)
+        .platform_for_containerd("linux", &arch, ">=2.0", &new_url, &new_sha)
+        .yaml();
+    (yaml, old_sha, new_sha)
+}
+
+#[test]
+fn an_image_gets_the_build_for_the_containerd_it_runs() {
+    for (version, want_new) in [("v2.3.4", true), ("1.6.20~ds1", false)] {
+        let img = image();
+        let (yaml, old_sha, new_sha) = two_builds(&img);
+        let opts = InstallOptions {
+            containerd_version: Some(version.into()),
+            ..support::image_root::opts()
+        };
+        support::image_root::run_install_with(&img, &yaml, &opts).unwrap();
+        let want = if want_new { new_sha } else { old_sha };
+        assert_eq!(
+            state_of(&img).shims["demo"].artifact_sha256,
+            want,
+            "{version}"
+        );
+    }
+}
+
+#[test]
+fn an_image_whose_containerd_version_is_unknown_gets_no_ranged_build_and_is_unchanged() {
+    let img = image();
+    let (yaml, _, _) = two_builds(&img);
+    // the test's image has no containerd binary to ask, and no --containerd-version was given
+    assert_fails_cleanly(&img, &yaml, "--containerd-version");
+}
+
+#[test]
+fn the_preflight_of_an_offline_install_reads_the_image_not_the_builder() {
+    let img = image();
+    // /bin/true needs libc.so.6 and its interpreter: the builder has them, the image does not
+    let bytes = tar_gz(&[Entry::File(
+        "containerd-shim-demo-v2",
+        std::fs::read("/bin/true").unwrap(),
+        0o755,
+    )]);
+    let (url, sha) = write_artifact(&img, "needs-libc.tgz", &bytes);
+    assert_fails_cleanly(&img, &shim("demo", &url, &sha).yaml(), "libc.so.6");
+}
+
+#[test]
+fn containerds_own_answer_gives_its_version() {
+    use shim_agent::cli::image::parse_containerd_version;
+    let debian = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1\n";
+    let upstream = "containerd github.com/containerd/containerd/v2 v2.3.4 a1b2c3d\n";
+    assert_eq!(
+        parse_containerd_version(debian).as_deref(),
+        Some("1.6.20~ds1")
+    );
+    assert_eq!(
+        parse_containerd_version(upstream).as_deref(),
+        Some("v2.3.4")
+    );
+    assert_eq!(parse_containerd_version("runc version 1.1.5\n"), None);
+    assert_eq!(parse_containerd_version(""), None);
 }

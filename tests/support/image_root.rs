@@ -49,11 +49,21 @@ pub fn write_artifact(img: &Image, file: &str, bytes: &[u8]) -> (String, String)
 pub fn opts() -> InstallOptions {
     InstallOptions {
         platform: node_platform(),
+        containerd_version: None,
         progress: false,
     }
 }
 
 pub fn run_install(img: &Image, yaml: &str) -> anyhow::Result<InstallOutcome> {
+    run_install_with(img, yaml, &opts())
+}
+
+/// [`run_install`] with these options (`--platform`, `--containerd-version`).
+pub fn run_install_with(
+    img: &Image,
+    yaml: &str,
+    opts: &InstallOptions,
+) -> anyhow::Result<InstallOutcome> {
     let shim = parse_shims(yaml, "shim.yaml").unwrap().remove(0);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -63,7 +73,7 @@ pub fn run_install(img: &Image, yaml: &str) -> anyhow::Result<InstallOutcome> {
         &img.root,
         &Settings::default(),
         &shim,
-        &opts(),
+        opts,
     ))
 }
 

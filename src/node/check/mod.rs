@@ -140,7 +140,18 @@ async fn run_in_sandbox(
     let id = cri
         .try_run_pod_sandbox(config.clone(), handler, place.sandbox_timeout)
         .await
-        .map_err(|e| refusal(e, sandbox_failed))?;
+        .map_err(|e| match &e {
+            // containerd 2.x names no sandbox image in its status: RunPodSandbox pulls it, and
+            // says so when it cannot (not the runtime's fault)
+            CallError::Refused { message, .. } => match output::sandbox_image_failure(message) {
+                Some(image) => NodeError::NoSandboxImage {
+                    image: clip(&image, 256),
+                    detail: clip(message, DETAIL_MAX_BYTES),
+                },
+                None => refusal(e, sandbox_failed),
+            },
+            _ => refusal(e, sandbox_failed),
+        })?;
     let status = cri
         .try_pod_sandbox_status(&id, place.sandbox_timeout)
         .await
@@ -257,12 +268,45 @@ fn read_log_file(path: &std::path::Path) -> String {
     read_cri_log(&bytes)
 }
 
+/// Whether a pod sandbox can start on this node at all, asked before a restart: the sandbox
+/// image containerd names (1.x says which in its status) present or pulled; where containerd
+/// does not say (2.x), a sandbox through the default runtime, whose refusal names the image
+/// it could not get. `Err`: [`NodeError::NoSandboxImage`], or the CRI is unavailable. The
+/// default runtime's own trouble is not an install's, and passes.
+pub async fn node_runs_pods(cri: &CriClient, place: &CheckPlace) -> Result<(), NodeError> {
+    let status = cri.status_raw(place.sandbox_timeout).await?;
+    if super::cri::sandbox_image_from_verbose_info(&status.info).is_some() {
+        return ensure_sandbox_image(cri, place.sandbox_timeout)
+            .await
+            .map(|_| ());
+    }
+    let id = sandbox_id_for(DEFAULT_RUNTIME);
+    let logs_node = format!("{}/{id}", place.logs_node.trim_end_matches('/'));
+    let config = check_sandbox_config(DEFAULT_RUNTIME, &id, &logs_node);
+    let ran = cri
+        .try_run_pod_sandbox(config, "", place.sandbox_timeout)
+        .await;
+    let swept = sweep_id(cri, &id).await;
+    if let Err(CallError::Refused { message, .. }) = &ran
+        && let Some(image) = output::sandbox_image_failure(message)
+    {
+        return Err(NodeError::NoSandboxImage {
+            image: clip(&image, 256),
+            detail: clip(message, DETAIL_MAX_BYTES),
+        });
+    }
+    swept.map(|_| ())
+}
+
+/// How a check through containerd's default runtime names itself.
+const DEFAULT_RUNTIME: &str = "default";
+
 /// The sandbox image containerd is configured with, present or pulled; `Err`:
-/// [`NodeError::NoSandboxImage`] (or the CRI is unavailable).
+/// [`NodeError::NoSandboxImage`] (or the CRI is unavailable). Empty when containerd's status
+/// names none (2.x): `RunPodSandbox` then pulls it, and says when it cannot.
 pub async fn ensure_sandbox_image(cri: &CriClient, timeout: Duration) -> Result<String, NodeError> {
     let status = cri.status_raw(timeout).await?;
     let Some(image) = super::cri::sandbox_image_from_verbose_info(&status.info) else {
-        // containerd names none: RunPodSandbox will say what it misses
         return Ok(String::new());
     };
     ensure_image(cri, &image, None, timeout)
@@ -327,10 +371,33 @@ async fn sweep_labelled(
         .list_labelled_sandboxes(labels, CLEANUP_CALL)
         .await
         .map_err(unavailable)?;
+    let mut first_error = None;
     for s in &found {
-        cri.stop_and_remove_sandbox(&s.id, CLEANUP_CALL)
-            .await
-            .map_err(unavailable)?;
+        if let Err(e) = remove_sandbox(cri, &s.id).await {
+            first_error.get_or_insert(unavailable(e));
+        }
     }
-    Ok(found.len())
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(found.len()),
+    }
 }
+
+/// Stop and remove sandbox `id`, asked again for a while when containerd refuses: a container
+/// a crash interrupted while it started cannot be removed until its start ends ("container is
+/// in starting state, can't be removed").
+async fn remove_sandbox(cri: &CriClient, id: &str) -> Result<(), CallError> {
+    let deadline = Instant::now() + REMOVE_WITHIN;
+    loop {
+        match cri.stop_and_remove_sandbox(id, CLEANUP_CALL).await {
+            Err(CallError::Refused { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(REMOVE_AGAIN_AFTER).await
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long a refused removal is asked again, and how often.
+const REMOVE_WITHIN: Duration = Duration::from_secs(20);
+const REMOVE_AGAIN_AFTER: Duration = Duration::from_millis(200);

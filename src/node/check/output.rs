@@ -36,6 +36,21 @@ pub fn read_cri_log(bytes: &[u8]) -> String {
     out
 }
 
+/// The sandbox image a `RunPodSandbox` refusal says it could not get (pure): containerd 1.6
+/// words it `failed to get sandbox image "<image>": …`, 2.3 `failed to pull image "<image>": …`
+/// (the sandbox image is the only image `RunPodSandbox` pulls). `None`: the refusal is about
+/// something else (the runtime's own failure).
+pub fn sandbox_image_failure(message: &str) -> Option<String> {
+    ["failed to get sandbox image \"", "failed to pull image \""]
+        .iter()
+        .find_map(|says| {
+            let at = message.find(says)?;
+            let rest = message.get(at + says.len()..)?;
+            let end = rest.find('"')?;
+            rest.get(..end).map(str::to_string)
+        })
+}
+
 /// How the check container ended, as CRI reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ended {
@@ -130,6 +145,36 @@ mod tests {
         );
         assert_eq!(read_cri_log(b""), "");
         assert_eq!(read_cri_log(b"2026-12-07T10:00:00Z stdout F"), "\n");
+    }
+
+    #[test]
+    fn a_sandbox_image_that_cannot_be_had_is_told_from_a_runtime_failure() {
+        // as containerd 2.3.4 and 1.6.20 answered on the node env without a registry
+        let v23 = "failed to pull image \"registry.k8s.io/pause:3.10.2\": failed to pull and \
+                   unpack image \"registry.k8s.io/pause:3.10.2\": failed to resolve image: failed \
+                   to do request: Head \"https://registry.k8s.io/v2/pause/manifests/3.10.2\": \
+                   dial tcp: lookup registry.k8s.io on 10.255.255.53:53: no such host";
+        let v16 = "failed to get sandbox image \"registry.k8s.io/pause:3.6\": failed to pull \
+                   image \"registry.k8s.io/pause:3.6\": failed to pull and unpack image";
+        assert_eq!(
+            sandbox_image_failure(v23).as_deref(),
+            Some("registry.k8s.io/pause:3.10.2")
+        );
+        assert_eq!(
+            sandbox_image_failure(v16).as_deref(),
+            Some("registry.k8s.io/pause:3.6")
+        );
+        let runtime = "failed to create containerd task: failed to start shim: start failed: \
+                       io.containerd.runc.v2: type with url 80e7: not found: exit status 1";
+        assert_eq!(sandbox_image_failure(runtime), None);
+        assert_eq!(
+            sandbox_image_failure("failed to pull image \"unterminated"),
+            None
+        );
+        assert_eq!(
+            sandbox_image_failure("failed to pull image \"é\""),
+            Some("é".into())
+        );
     }
 
     #[test]

@@ -249,6 +249,7 @@ pub async fn node_env_at(test: &str, env_file: Option<&Path>) -> Option<NodeEnv>
         machine: found.machine,
         _lock: lock,
     };
+    env.fit_the_machine();
     env.reset().await;
     let v = env
         .cri
@@ -370,6 +371,51 @@ impl NodeEnv {
         }
     }
 
+    /// What a real node has and this machine withholds, set once per boot in the pristine
+    /// config (`config.toml.dist`, which every test starts from), each the way containerd
+    /// documents it; without them no pod sandbox starts here, and every install's sandbox
+    /// check would fail for the machine's sake:
+    /// - CAP_SYS_RESOURCE is withheld, so runc cannot give a sandbox the negative
+    ///   `oom_score_adj` containerd asks for: `restrict_oom_score_adj` clamps it;
+    /// - a node on cgroup v2 under a host that keeps its controllers on v1 has no `cpu`
+    ///   controller, and runc fails on the sandbox's cpu weight: containerd 1.x's
+    ///   `disable_cgroup` leaves the sandbox's resources unset (containerd 2.x has no such
+    ///   setting: its node must boot with INFRA_CGROUP=hybrid on such a host).
+    pub fn fit_the_machine(&self) {
+        let dist = self.root.join("etc/containerd/config.toml.dist");
+        let text = std::fs::read_to_string(&dist).expect("read config.toml.dist");
+        let mut settings = vec!["restrict_oom_score_adj"];
+        let cpu = self.exec(&[
+            "sh",
+            "-c",
+            "test -d /sys/fs/cgroup/cpu || grep -qw cpu /sys/fs/cgroup/cgroup.controllers",
+        ]);
+        if !cpu.status.success() && !self.containerd_is_2x_by_config(&text) {
+            settings.push("disable_cgroup");
+        }
+        let mut doc: toml_edit::DocumentMut = text.parse().expect("config.toml.dist is TOML");
+        let plugin = if self.containerd_is_2x_by_config(&text) {
+            "io.containerd.cri.v1.runtime"
+        } else {
+            "io.containerd.grpc.v1.cri"
+        };
+        let table = doc["plugins"][plugin]
+            .as_table_like_mut()
+            .unwrap_or_else(|| panic!("no [plugins.{plugin:?}] table in:\n{text}"));
+        for key in &settings {
+            table.insert(key, toml_edit::value(true));
+        }
+        let fitted = doc.to_string();
+        if fitted != text {
+            std::fs::write(&dist, fitted).expect("write config.toml.dist");
+        }
+    }
+
+    /// Whether a pristine config is a containerd 2.x one (version 3 or later).
+    fn containerd_is_2x_by_config(&self, text: &str) -> bool {
+        config_version(text) >= 3
+    }
+
     /// The images every pod sandbox and check needs, imported once per boot (the node has no
     /// registry): the sandbox image containerd names (1.x `sandbox_image`, 2.x
     /// `pinned_images.sandbox`), from the kube env's minimal `pause` (or, without the kube env,
@@ -426,19 +472,35 @@ impl NodeEnv {
             .unwrap_or_else(|| panic!("{key} in `containerd config dump`"))
     }
 
-    /// The check sandboxes (and any other sandboxes) containerd's CRI lists now.
+    /// The check sandboxes containerd's CRI lists now.
     pub async fn check_sandboxes(&self) -> Vec<String> {
-        let labels = HashMap::from([(
-            shim_agent::node::check::CHECK_LABEL.to_string(),
-            "true".to_string(),
-        )]);
-        self.cri
-            .list_labelled_sandboxes(labels, VERIFY_TIMEOUT)
+        self.labelled_sandboxes(shim_agent::node::check::CHECK_LABEL, "true")
             .await
-            .unwrap_or_else(|e| panic!("ListPodSandbox: {e}"))
-            .into_iter()
-            .map(|s| s.id)
-            .collect()
+    }
+
+    /// The check sandboxes of `handler` containerd's CRI lists now.
+    pub async fn check_sandboxes_of(&self, handler: &str) -> Vec<String> {
+        self.labelled_sandboxes(shim_agent::node::check::CHECK_HANDLER_LABEL, handler)
+            .await
+    }
+
+    async fn labelled_sandboxes(&self, key: &str, value: &str) -> Vec<String> {
+        let labels = HashMap::from([(key.to_string(), value.to_string())]);
+        // asked again while containerd restarts (its socket comes and goes)
+        let deadline = std::time::Instant::now() + RESTART_TIMEOUT;
+        loop {
+            match self
+                .cri
+                .list_labelled_sandboxes(labels.clone(), VERIFY_TIMEOUT)
+                .await
+            {
+                Ok(found) => return found.into_iter().map(|s| s.id).collect(),
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    panic!("ListPodSandbox: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
     }
 
     /// Back to the node every test starts from (see the module's Guarantees).
@@ -461,6 +523,10 @@ impl NodeEnv {
             .wait_for_handler("runc", VERIFY_TIMEOUT)
             .await
             .unwrap_or_else(|e| panic!("reset: CRI does not serve runc: {}", chain(&e)));
+        // a check sandbox an earlier test left (it failed there) is not this test's
+        shim_agent::node::check::sweep(&self.cri)
+            .await
+            .unwrap_or_else(|e| panic!("reset: sweeping check sandboxes: {}", chain(&e)));
     }
 
     fn remove_dropins(&self) {
