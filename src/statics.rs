@@ -72,7 +72,7 @@ pub fn static_changes(desired: &[Shim], state: &NodeState, blocked: bool) -> Vec
 
 /// When pre-baked shims that failed their check are checked again: first after
 /// [`ADOPT_RETRY_FIRST_SECS`], doubling to [`ADOPT_RETRY_MOST_SECS`].
-pub const ADOPT_RETRY_FIRST_SECS: u64 = 60;
+pub const ADOPT_RETRY_FIRST_SECS: u64 = 10;
 pub const ADOPT_RETRY_MOST_SECS: u64 = 600;
 
 /// The adoption of offline installs over a run: at start, then again with backoff while a

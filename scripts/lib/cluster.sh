@@ -161,7 +161,9 @@ cluster_import_image() {
 }
 # The artifacts into the node image, at the same path.
 cluster_publish_artifacts() { mkdir -p "$1$CLUSTER_ART"; cp "$CLUSTER_ART"/*.tar.gz "$1$CLUSTER_ART/"; }
-# cluster_shim_yaml NAME SHA256 [SELECTOR_KEY=VALUE]: a Shim for that artifact.
+# cluster_shim_yaml NAME SHA256 [SELECTOR_KEY=VALUE] [wasm-check]: a Shim for that artifact;
+# with wasm-check, its node proves the Wasm engine runs before the label (a check container of
+# $CLUSTER_WASM_IMAGE running /hello.wasm in a sandbox of the new handler).
 cluster_shim_yaml() {
   cat <<YAML
 apiVersion: containerd.x-k8s.io/v1alpha1
@@ -179,6 +181,14 @@ YAML
       sha256: $2
   runtimeClass:
     name: $1
+YAML
+  [ "${4:-}" != wasm-check ] || cat <<YAML
+  check:
+    container:
+      image: $CLUSTER_WASM_IMAGE
+      command: ["/hello.wasm"]
+      success: {exitCode: 0, outputContains: "hello from wasm"}
+      timeoutSeconds: 60
 YAML
 }
 
