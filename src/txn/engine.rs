@@ -80,12 +80,12 @@ pub struct Node<'a, R, H> {
 
 /// What one transaction changes, ready to journal.
 #[derive(Clone, Copy)]
-struct Steps<'a> {
-    prepared: &'a [Prepared],
-    removes: &'a [InstalledShim],
-    plan: &'a Plan,
+pub(super) struct Steps<'a> {
+    pub(super) prepared: &'a [Prepared],
+    pub(super) removes: &'a [InstalledShim],
+    pub(super) plan: &'a Plan,
     /// Every change only repairs drift.
-    repair: bool,
+    pub(super) repair: bool,
 }
 
 impl Steps<'_> {
@@ -296,14 +296,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let result = self
             .run(store, state, &steps, gate, &mut undo, &mut report)
             .await;
-        match &result {
-            Ok(()) => gate.release().await,
-            // the node cannot run pods at all: not the Shim's failure, its rollout goes on
-            Err(e) if super::error::kind_of(e) == Some(TxnReason::NodeCannotRunPods) => {
-                gate.release().await
-            }
-            Err(e) => gate.failed(&format!("{e:#}")).await,
-        }
+        end_gate(gate, &result).await;
         // Rolled back (the journal is closed): what this run fetched and created goes too.
         // An open journal (Broken) keeps everything for the next recovery.
         if result.is_err() && state.journal.is_none() {
@@ -315,31 +308,6 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             }
         }
         result.map(|()| report)
-    }
-
-    /// Whether a pod can run here at all before anything is fetched or restarted (the node's
-    /// sandbox image): without one the Shims of `installs` fail with `NoSandboxImage`, and no
-    /// runtime is blamed.
-    async fn sandbox_ready(
-        &self,
-        installs: &[(Box<crate::api::Shim>, Origin)],
-    ) -> anyhow::Result<()> {
-        if !self.health.proves() {
-            return Ok(());
-        }
-        let Err(e) = self.health.sandbox_ready().await else {
-            return Ok(());
-        };
-        crate::telemetry::runtime_checked(e.reason());
-        let mut te = TxnError::new(
-            TxnReason::NodeCannotRunPods,
-            format!("{e} [{}]", e.reason()),
-        )
-        .caused_by(Some(e.reason()));
-        for (shim, _) in installs {
-            te = te.blaming(shim.name());
-        }
-        Err(te.into())
     }
 
     /// The journalled steps of one transaction, from Planned to Committed.
@@ -482,64 +450,17 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         }
         self.event(store, state, Event::Staged)
     }
-
-    /// Restarted: containerd reads its config only at start, so with a config change the
-    /// slots are renewed and containerd restarted; with none, nothing restarts (a binary put
-    /// back in place is picked up at the next shim start).
-    async fn restart_containerd<G: Gate>(
-        &self,
-        store: &StateStore,
-        state: &mut NodeState,
-        steps: &Steps<'_>,
-        gate: &G,
-        report: &mut Report,
-    ) -> anyhow::Result<()> {
-        if !steps.plan.is_empty() {
-            if let Err(e) = gate.renew().await {
-                let why = StepError {
-                    reason: Some(e.reason()),
-                    message: format!(
-                        "the rollout slot could not be renewed before the restart: {e}"
-                    ),
-                    check_failed: None,
-                    cannot_run_pods: false,
-                };
-                return self.fail_unrestarted(store, state, why).await;
-            }
-            report.restarts += 1;
-            notices::doing("restarting containerd for", &j_names(state));
-            if let Err(e) = self.restarter.restart(&self.profile.unit).await {
-                return self.fail(store, state, e.into()).await;
-            }
-        }
-        self.event(store, state, Event::Restarted)
-    }
-
-    /// Verified: containerd serves every new handler and none of the removed ones.
-    async fn verify_served(
-        &self,
-        store: &StateStore,
-        state: &mut NodeState,
-        steps: &Steps<'_>,
-    ) -> anyhow::Result<()> {
-        let present: Vec<String> = steps
-            .prepared
-            .iter()
-            .map(|p| p.record.handler.clone())
-            .collect();
-        let absent: Vec<String> = steps.removes.iter().map(|r| r.handler.clone()).collect();
-        if let Err(e) = self.health.verify(&present, &absent).await {
-            return self.fail(store, state, e.into()).await;
-        }
-        self.event(store, state, Event::Verified)
-    }
 }
 
-/// The Shims of the open transaction.
-fn j_names(state: &NodeState) -> Vec<String> {
-    state
-        .journal
-        .as_ref()
-        .map(|j| j.shims.clone())
-        .unwrap_or_default()
+/// The transaction's slots when it ends: given back when it committed, and when the node cannot
+/// run pods at all (not the Shim's failure: its rollout goes on); kept and marked failed
+/// otherwise.
+async fn end_gate<G: Gate>(gate: &G, result: &anyhow::Result<()>) {
+    match result {
+        Ok(()) => gate.release().await,
+        Err(e) if super::error::kind_of(e) == Some(TxnReason::NodeCannotRunPods) => {
+            gate.release().await
+        }
+        Err(e) => gate.failed(&format!("{e:#}")).await,
+    }
 }

@@ -32,6 +32,7 @@ pub mod prove;
 pub mod real;
 pub mod record;
 pub mod recovery;
+mod restart;
 pub mod retain;
 
 pub use classify::{

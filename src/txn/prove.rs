@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use super::engine::Node;
-use super::error::StepError;
+use super::error::{StepError, TxnError, TxnReason};
 use super::machine::Event;
 use super::ports::{HealthCheck, Restarter};
 use crate::node::check::{CheckReport, ContainerCheck, HandlerCheck};
-use crate::state::{CheckRecord, InstalledShim, NodeState, StateStore};
+use crate::state::{CheckRecord, InstalledShim, NodeState, Origin, StateStore};
 
 impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     /// Prove every handler the open journal installs; `Proven` on success, else the
@@ -49,6 +49,31 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                 Err(StepError::checks(&by_shim))
             }
         }
+    }
+
+    /// Whether a pod can run here at all before anything is fetched or restarted (the node's
+    /// sandbox image): without one the Shims of `installs` fail with `NoSandboxImage`, and no
+    /// runtime is blamed.
+    pub(super) async fn sandbox_ready(
+        &self,
+        installs: &[(Box<crate::api::Shim>, Origin)],
+    ) -> anyhow::Result<()> {
+        if !self.health.proves() {
+            return Ok(());
+        }
+        let Err(e) = self.health.sandbox_ready().await else {
+            return Ok(());
+        };
+        crate::telemetry::runtime_checked(e.reason());
+        let mut te = TxnError::new(
+            TxnReason::NodeCannotRunPods,
+            format!("{e} [{}]", e.reason()),
+        )
+        .caused_by(Some(e.reason()));
+        for (shim, _) in installs {
+            te = te.blaming(shim.name());
+        }
+        Err(te.into())
     }
 
     /// Remove the check sandboxes an interrupted run left behind (at start, before any

@@ -28,12 +28,12 @@ use kube::api::DeleteParams;
 use kube::{Api, Client, ResourceExt};
 use shim_agent::api::Shim;
 use shim_agent::cluster::{FINALIZER, node_label};
+use shim_agent::node::RuntimeHealth;
 use shim_agent::node::cri::proto;
-use shim_agent::node::{RuntimeHealth, ServiceManager};
 
 use crate::support::kube::{KubeEnv, SERIAL, eventually, kube_env};
 use crate::support::node_env::agent::{AGENT_BIN, AGENT_UNIT, AgentInNode, write};
-use crate::support::node_env::{self, NodeEnv, UNIT, VERIFY_TIMEOUT, node_env, oci_image};
+use crate::support::node_env::{self, NodeEnv, UNIT, node_env};
 use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, sha256_hex, tar_gz};
 
@@ -154,57 +154,26 @@ async fn join_the_cluster(env: &NodeEnv, kube: &KubeEnv, name: &str) -> String {
 }
 
 /// Step 3: what a kubelet's node has besides: the sandbox image (there is no registry to pull
-/// it from), and a containerd that can start sandboxes on this machine. `false` when this
-/// machine cannot (skipped, saying why).
-async fn give_containerd_what_a_node_has(env: &NodeEnv, kube: &KubeEnv) -> bool {
-    import_sandbox_image(env, kube);
-    // Two limits of this machine that a real node does not have, each met the way containerd
-    // documents for it. This is the config the agent finds and must give back byte for byte.
-    // - It withholds CAP_SYS_RESOURCE, so runc cannot give a sandbox the negative
-    //   oom_score_adj containerd asks for: `restrict_oom_score_adj` clamps it.
-    // - When the host keeps the cgroup controllers on v1 and the node runs on cgroup v2 (the
-    //   node env's default), the node's cgroup v2 has no `cpu` controller and runc fails on
-    //   the sandbox's cpu.weight: containerd 1.x's `disable_cgroup` (meant for a containerd
-    //   without cgroup access) leaves the sandbox's resources unset. containerd 2.x has no such
-    //   setting: its node must have the controller (INFRA_CGROUP=hybrid on such a host).
-    let mut settings = vec!["restrict_oom_score_adj"];
+/// it from) and a containerd that can start sandboxes on this machine, both given by the node
+/// env harness (`NodeEnv::ensure_images`, `NodeEnv::fit_the_machine`: in the pristine config,
+/// which the agent must give back byte for byte). `false` when this machine cannot (skipped,
+/// saying why): containerd 2.x always sets a sandbox's cpu shares, so its node needs the cpu
+/// controller.
+async fn give_containerd_what_a_node_has(env: &NodeEnv, _kube: &KubeEnv) -> bool {
     let cpu_cgroup = env.exec(&[
         "sh",
         "-c",
         "test -d /sys/fs/cgroup/cpu || grep -qw cpu /sys/fs/cgroup/cgroup.controllers",
     ]);
-    if !cpu_cgroup.status.success() {
-        if env.containerd.is_2x() {
-            node_env::skip(
-                TEST,
-                "the node's cgroups have no cpu controller, and containerd 2.x (no \
-                 `disable_cgroup` any more) always sets the sandbox's cpu shares: on a host that \
-                 keeps its controllers on cgroup v1, boot the node with INFRA_CGROUP=hybrid",
-            );
-            return false;
-        }
-        settings.push("disable_cgroup");
+    if !cpu_cgroup.status.success() && env.containerd.is_2x() {
+        node_env::skip(
+            TEST,
+            "the node's cgroups have no cpu controller, and containerd 2.x (no \
+             `disable_cgroup` any more) always sets the sandbox's cpu shares: on a host that \
+             keeps its controllers on cgroup v1, boot the node with INFRA_CGROUP=hybrid",
+        );
+        return false;
     }
-    // Set in the CRI runtime plugin's table, where the node's config has it (Debian's 1.6
-    // config has no such keys yet; containerd 2.x's default config lists them as `false`).
-    let cfg = std::fs::read_to_string(env.config_file()).expect("containerd's config");
-    let mut doc: toml_edit::DocumentMut = cfg.parse().expect("containerd's config is TOML");
-    let plugin = env.containerd.cri_runtime_plugin();
-    let table = doc["plugins"][plugin]
-        .as_table_like_mut()
-        .unwrap_or_else(|| panic!("no [plugins.{plugin:?}] table in:\n{cfg}"));
-    for key in &settings {
-        table.insert(key, toml_edit::value(true));
-    }
-    std::fs::write(env.config_file(), doc.to_string()).expect("write containerd's config");
-    env.systemd
-        .restart_unit(UNIT, node_env::RESTART_TIMEOUT)
-        .await
-        .expect("restart containerd with the machine's settings");
-    env.cri
-        .wait_for_handler("runc", VERIFY_TIMEOUT)
-        .await
-        .expect("CRI serves runc");
     true
 }
 
@@ -557,49 +526,6 @@ async fn label(admin: &Client, node: &str) -> Option<String> {
         .labels()
         .get(&node_label(SHIM))
         .cloned()
-}
-
-/// The sandbox image containerd names (1.x `sandbox_image`, 2.x `pinned_images.sandbox`),
-/// built from the kube env's minimal `pause` and imported: the node has no registry.
-fn import_sandbox_image(env: &NodeEnv, kube: &KubeEnv) {
-    let dump = env.exec_ok(&["containerd", "config", "dump"]);
-    let key = if env.containerd.is_2x() {
-        "sandbox"
-    } else {
-        "sandbox_image"
-    };
-    let name = dump
-        .lines()
-        .find_map(|l| {
-            let v = l.trim().strip_prefix(key)?.trim_start();
-            Some(
-                v.strip_prefix('=')?
-                    .trim()
-                    .trim_matches(['"', '\''])
-                    .to_string(),
-            )
-        })
-        .unwrap_or_else(|| panic!("{key} in `containerd config dump`"));
-    let pause = pause_binary(kube);
-    let bytes = std::fs::read(&pause).expect("read the pause binary");
-    env.import_image(&oci_image(&name, &[("/pause", &bytes, 0o755)], &["/pause"]));
-}
-
-/// The kube env's `pause` (unpacked by its `assets.sh` beside kubectl).
-fn pause_binary(kube: &KubeEnv) -> PathBuf {
-    let pause = kube.kubectl.with_file_name("pause");
-    if !pause.is_file() {
-        let out = std::process::Command::new(kube.dir.join("assets.sh"))
-            .output()
-            .expect("run the kube env's assets.sh");
-        assert!(
-            out.status.success(),
-            "assets.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    assert!(pause.is_file(), "no pause binary at {}", pause.display());
-    pause
 }
 
 /// Everything the test adds to the node and the cluster, taken away on drop (also when the
