@@ -9,21 +9,39 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use futures_util::future::join_all;
+
 use super::engine::Node;
+use super::error::TxnError;
 use super::ports::{HealthCheck, Restarter};
 use crate::api::Shim;
 use crate::artifact;
 use crate::node::shim_version::shim_version;
 use crate::state::CheckRecord;
 
+/// How many shims of a batch are asked their version at once.
+const PREFLIGHTS_AT_ONCE: usize = 8;
+
 impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
+    /// The preflight of each Shim's binary (in the store), up to [`PREFLIGHTS_AT_ONCE`] side by
+    /// side: the versions they told, in order; `Err` blames the first Shim that failed.
+    pub(super) async fn preflight_all(
+        &self,
+        items: &[(&Shim, &Path)],
+    ) -> Result<Vec<Option<String>>, TxnError> {
+        let mut versions = Vec::with_capacity(items.len());
+        for group in items.chunks(PREFLIGHTS_AT_ONCE) {
+            let runs = group.iter().map(|(shim, bin)| self.preflight(shim, bin));
+            for ((shim, _), ran) in group.iter().zip(join_all(runs).await) {
+                versions.push(ran.map_err(|e| TxnError::unprepared(shim.name(), e))?);
+            }
+        }
+        Ok(versions)
+    }
+
     /// The preflight of `shim`'s binary at `bin` (in the store): its version when it told
     /// one; `Err` names what is missing or why it does not run.
-    pub(super) async fn preflight(
-        &self,
-        shim: &Shim,
-        bin: &Path,
-    ) -> anyhow::Result<Option<String>> {
+    async fn preflight(&self, shim: &Shim, bin: &Path) -> anyhow::Result<Option<String>> {
         let context = || format!("Shim {:?}: preflight of its binary", shim.name());
         artifact::check_links(self.root, bin).with_context(context)?;
         let runs_here = self.platform.arch == artifact::node_platform().arch;

@@ -34,6 +34,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let fetcher = fetcher(&self.settings.fetch, self.platform.clone(), progress)?
             .for_containerd(self.containerd_version().await);
         let mut out = Vec::new();
+        let mut bins = Vec::new();
         for (shim, origin) in installs {
             let spec = fetch_spec(shim, &self.settings.fetch)?;
             let blame = |e: anyhow::Error| TxnError::unprepared(shim.name(), e);
@@ -48,7 +49,6 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             let wanted = shim.spec.runtime.as_ref().and_then(|r| r.binary.as_deref());
             let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)
                 .map_err(|e| blame(e.into()))?;
-            let shim_version = self.preflight(shim, &bin).await.map_err(blame)?;
             let tree = artifact::version_dir(shim.name(), &fetched.digest);
             let host_s = tree
                 .join(artifact::relative_in(&fetched.dir, &bin))
@@ -79,13 +79,23 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     origin: *origin,
                     runtime_class: Some(shim.spec.runtime_class.name.clone()),
                     installed_at: now_secs(),
-                    shim_version,
+                    shim_version: None, // the preflight's, below
                     check: check_record(shim),
                 },
                 tree_src: fetched.dir.clone(),
                 previous: state.shims.get(shim.name()).cloned(),
                 runtime: rt,
             });
+            bins.push(bin);
+        }
+        let checked: Vec<(&Shim, &std::path::Path)> = installs
+            .iter()
+            .zip(&bins)
+            .map(|((shim, _), bin)| (&**shim, bin.as_path()))
+            .collect();
+        let versions = self.preflight_all(&checked).await?;
+        for (p, version) in out.iter_mut().zip(versions) {
+            p.record.shim_version = version;
         }
         Ok(out)
     }
