@@ -14,7 +14,7 @@
 //! `cargo bench --bench task_scan` (env `SCAN_BENCH_TASKS`, default "100,1000";
 //! `SCAN_BENCH_REAL`, default 100, 0 to skip; `SCAN_BENCH_RUNS`, default 200).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use shim_agent::artifact::node_platform;
@@ -24,53 +24,12 @@ use shim_agent::profile;
 use shim_agent::settings::Settings;
 use shim_agent::state::{NodeState, Origin, RetainedVersion, StateStore};
 use shim_agent::txn::retain::judge;
-use shim_agent::txn::{HealthCheck, Node, Restarter};
+use shim_agent::txn::Node;
 
 /// Stands for containerd: nothing restarts; the state directory is where the bench put it.
-struct Bench(Option<PathBuf>);
-impl Restarter for Bench {
-    async fn restart(&self, _unit: &str) -> Result<(), shim_agent::node::NodeError> {
-        Ok(())
-    }
-}
-impl HealthCheck for Bench {
-    async fn prove(
-        &self,
-        checks: &[shim_agent::node::check::HandlerCheck],
-    ) -> Result<Vec<shim_agent::node::check::CheckReport>, Vec<(String, shim_agent::node::NodeError)>>
-    {
-        // the bench measures the engine's own overhead: every runtime runs at once
-        let at_once = std::time::Duration::ZERO;
-        Ok(checks
-            .iter()
-            .map(|c| shim_agent::node::check::CheckReport {
-                handler: c.handler.clone(),
-                sandbox: at_once,
-                container: None,
-                total: at_once,
-            })
-            .collect())
-    }
-    async fn sweep_checks(&self) -> Result<usize, shim_agent::node::NodeError> {
-        Ok(0)
-    }
-    async fn sandbox_ready(&self) -> Result<(), shim_agent::node::NodeError> {
-        Ok(())
-    }
-    async fn runtime_version(&self) -> Option<String> {
-        None
-    }
-    async fn verify(
-        &self,
-        _present: &[String],
-        _absent: &[String],
-    ) -> Result<(), shim_agent::node::NodeError> {
-        Ok(())
-    }
-    fn socket_dir(&self) -> Option<PathBuf> {
-        self.0.clone()
-    }
-}
+#[path = "common/instant_node.rs"]
+mod instant_node;
+use instant_node::InstantNode;
 
 fn runs() -> usize {
     std::env::var("SCAN_BENCH_RUNS")
@@ -155,8 +114,8 @@ fn main() {
             profile: profile::builtin("containerd"),
             platform: node_platform(),
             origin: Origin::Cli,
-            restarter: Bench(None),
-            health: Bench(Some(state.clone())),
+            restarter: InstantNode(None),
+            health: InstantNode(Some(state.clone())),
         };
         let versions = retained();
         let installed = Default::default();
@@ -254,8 +213,8 @@ fn real(runs: usize) {
         profile: profile::builtin("containerd"),
         platform: node_platform(),
         origin: Origin::Cli,
-        restarter: Bench(None),
-        health: Bench(dir),
+        restarter: InstantNode(None),
+        health: InstantNode(dir),
     };
     let versions = retained();
     let installed = Default::default();

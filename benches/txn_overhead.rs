@@ -17,49 +17,11 @@ use shim_agent::hostroot::HostRoot;
 use shim_agent::profile;
 use shim_agent::settings::Settings;
 use shim_agent::state::{Origin, Phase};
-use shim_agent::txn::{Change, HealthCheck, Node, Restarter};
+use shim_agent::txn::{Change, Node};
 
-struct Instant0;
-impl Restarter for Instant0 {
-    async fn restart(&self, _unit: &str) -> Result<(), shim_agent::node::NodeError> {
-        Ok(())
-    }
-}
-impl HealthCheck for Instant0 {
-    async fn prove(
-        &self,
-        checks: &[shim_agent::node::check::HandlerCheck],
-    ) -> Result<Vec<shim_agent::node::check::CheckReport>, Vec<(String, shim_agent::node::NodeError)>>
-    {
-        // the bench measures the engine's own overhead: every runtime runs at once
-        let at_once = std::time::Duration::ZERO;
-        Ok(checks
-            .iter()
-            .map(|c| shim_agent::node::check::CheckReport {
-                handler: c.handler.clone(),
-                sandbox: at_once,
-                container: None,
-                total: at_once,
-            })
-            .collect())
-    }
-    async fn sweep_checks(&self) -> Result<usize, shim_agent::node::NodeError> {
-        Ok(0)
-    }
-    async fn sandbox_ready(&self) -> Result<(), shim_agent::node::NodeError> {
-        Ok(())
-    }
-    async fn runtime_version(&self) -> Option<String> {
-        None
-    }
-    async fn verify(
-        &self,
-        _present: &[String],
-        _absent: &[String],
-    ) -> Result<(), shim_agent::node::NodeError> {
-        Ok(())
-    }
-}
+#[path = "common/instant_node.rs"]
+mod instant_node;
+use instant_node::InstantNode;
 
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
@@ -126,8 +88,8 @@ fn main() {
         profile: profile::builtin("containerd"),
         platform: node_platform(),
         origin: Origin::Cli,
-        restarter: Instant0,
-        health: Instant0,
+        restarter: InstantNode(None),
+        health: InstantNode(None),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -205,7 +167,7 @@ fn main() {
 /// (planning the config and the journal before the slots are asked for).
 fn batch_runs(
     rt: &tokio::runtime::Runtime,
-    node: &Node<'_, Instant0, Instant0>,
+    node: &Node<'_, InstantNode, InstantNode>,
     shims: &[shim_agent::api::Shim],
     runs: usize,
 ) {

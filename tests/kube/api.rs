@@ -10,6 +10,9 @@ use shim_agent::api::Shim;
 use crate::support;
 use crate::support::kube::{SERIAL, kube_env};
 use crate::support::option_paths;
+use crate::support::shim_cases::{
+    Judge, build, check_with, new_field_refusals, with_check, with_platforms,
+};
 
 const GOOD: &str = r#"apiVersion: containerd.x-k8s.io/v1alpha1
 kind: Shim
@@ -113,128 +116,10 @@ fn the_server_refuses_each_bad_runtime_binary_or_option_path_with_the_rule_messa
     }
 }
 
-/// `fetchStrategy.platforms` instead of `anonHttp`, each entry's YAML in flow style.
-fn with_platforms(entries: &[&str]) -> String {
-    let list: String = entries.iter().map(|e| format!("      - {e}\n")).collect();
-    with(
-        "    anonHttp:\n      location: https://example.com/shim.tar.gz\n      sha256: 3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0\n",
-        &format!("    platforms:\n{list}"),
-    )
-}
-
-/// A `platforms` entry for linux/`arch` with this `containerd` range (YAML), or none.
-fn build(arch: &str, containerd: Option<&str>) -> String {
-    let range = containerd.map_or(String::new(), |r| format!(", containerd: {r}"));
-    format!("{{os: linux, arch: {arch}, location: \"https://x/{arch}.tgz\"{range}}}")
-}
-
-/// `check.container` set to this YAML flow mapping.
-fn with_check(container: &str) -> String {
-    with(
-        "  rolloutStrategy:",
-        &format!("  check:\n    container: {container}\n  rolloutStrategy:"),
-    )
-}
-
-const RANGE: &str = "platforms[].containerd must be a containerd version range of at most 128 characters: comparators separated by commas, each an operator (>=, >, <=, <, =) and a version MAJOR[.MINOR[.PATCH]]";
-const DUPLICATE: &str =
-    "fetchStrategy.platforms must not list two entries with the same os, arch and containerd";
-const IMAGE: &str =
-    "check.container.image must be an image reference of 1 to 4096 characters, without whitespace";
-const COMMAND: &str =
-    "check.container.command must list 1 to 64 items, each of 1 to 4096 characters";
-const EXIT_CODE: &str = "check.container.success.exitCode must be from 0 to 255";
-const OUTPUT: &str = "check.container.success.outputContains must be 1 to 4096 characters when set";
-const TIMEOUT: &str = "check.container.timeoutSeconds must be from 1 to 600";
-
-/// A good check container with `field` replaced by `value` (flow-style YAML).
-fn check_with(field: &str, value: &str) -> String {
-    let mut fields = vec![
-        (
-            "image",
-            "docker.io/library/shim-agent-wasm-hello:v1".to_string(),
-        ),
-        ("command", "[/hello.wasm]".to_string()),
-        ("timeoutSeconds", "60".to_string()),
-    ];
-    match fields.iter_mut().find(|(f, _)| *f == field) {
-        Some(f) => f.1 = value.to_string(),
-        None => fields.push((field, value.to_string())),
-    }
-    let body: Vec<String> = fields.iter().map(|(f, v)| format!("{f}: {v}")).collect();
-    format!("{{{}}}", body.join(", "))
-}
-
-/// What the API server says when a value breaks the schema's own bound (`maxLength`,
-/// `maxItems`): it checks those first and skips the CEL rules then ("some validation rules were
-/// not checked"), so these four cases carry its message, not the rule's (which the node's
-/// client-side check, without the schema bounds, gives: tests/pure/api.rs).
-const RANGE_TOO_LONG: &str =
-    "spec.fetchStrategy.platforms[0].containerd: Too long: may not be more than 128 bytes";
-const IMAGE_TOO_LONG: &str =
-    "spec.check.container.image: Too long: may not be more than 4096 bytes";
-const COMMAND_TOO_MANY: &str =
-    "spec.check.container.command: Too many: 65: must have at most 64 items";
-const ARGS_TOO_MANY: &str = "spec.check.container.args: Too many: 65: must have at most 64 items";
-
-/// Every refusal of the containerd ranges and the check container: (what, the Shim, the
-/// message). The same list as tests/pure/api.rs gives the node's client-side check, but for
-/// the four schema bounds above.
-fn new_field_refusals() -> Vec<(String, String, &'static str)> {
-    let mut cases = Vec::new();
-    for bad in [
-        "\"2.3\"",
-        "\"<\"",
-        "\"~2.3\"",
-        "\"<2.3,\"",
-        "\"<2.3.4.5\"",
-        "\"<v2.3\"",
-        "\"<2.x\"",
-        "\"== 2.3\"",
-        "\"<2.3 >1.6\"",
-        "\"<1234567890\"",
-        "\"\"",
-    ] {
-        let yaml = with_platforms(&[&build("amd64", Some(bad))]);
-        cases.push((format!("containerd {bad}"), yaml, RANGE));
-    }
-    let long = format!("\"<{}\"", "1.".repeat(70));
-    let yaml = with_platforms(&[&build("amd64", Some(&long))]);
-    cases.push(("containerd of 142 characters".into(), yaml, RANGE_TOO_LONG));
-    for (what, a, b) in [
-        ("the same range", Some("\"<2.3\""), Some("\"<2.3\"")),
-        ("no range twice", None, None),
-    ] {
-        let yaml = with_platforms(&[&build("amd64", a), &build("arm64", a), &build("amd64", b)]);
-        cases.push((format!("duplicate entries, {what}"), yaml, DUPLICATE));
-    }
-    let long_image = format!("\"{}\"", "a".repeat(4097));
-    let many = format!("[{}]", vec!["x"; 65].join(", "));
-    for (field, value, message) in [
-        ("image", "\"\"", IMAGE),
-        ("image", "\"hello wasm:v1\"", IMAGE),
-        ("image", "\"hello:v1\\t\"", IMAGE),
-        ("image", long_image.as_str(), IMAGE_TOO_LONG),
-        ("command", "[]", COMMAND),
-        ("command", "[/hello.wasm, \"\"]", COMMAND),
-        ("command", many.as_str(), COMMAND_TOO_MANY),
-        ("args", many.as_str(), ARGS_TOO_MANY),
-        ("success", "{exitCode: 300}", EXIT_CODE),
-        ("success", "{exitCode: -1}", EXIT_CODE),
-        ("success", "{outputContains: \"\"}", OUTPUT),
-        ("timeoutSeconds", "0", TIMEOUT),
-        ("timeoutSeconds", "601", TIMEOUT),
-    ] {
-        let yaml = with_check(&check_with(field, value));
-        cases.push((format!("check {field}: {value:.40}"), yaml, message));
-    }
-    cases
-}
-
 #[test]
 fn the_server_refuses_each_bad_containerd_range_or_check_container_with_the_rule_message() {
     let Some(env) = kube_env() else { return };
-    for (what, yaml, message) in new_field_refusals() {
+    for (what, yaml, message) in new_field_refusals(&with, Judge::ApiServer) {
         let (ok, out) = env.apply_dry_run(&yaml);
         assert!(!ok, "accepted {what}:\n{yaml}");
         assert!(
@@ -244,19 +129,23 @@ fn the_server_refuses_each_bad_containerd_range_or_check_container_with_the_rule
     }
     // the documented forms, one build per range for one platform, the documented check
     let good = [
-        with_platforms(&[
-            &build("amd64", Some("\"<2.3\"")),
-            &build("amd64", Some("\">=2.3\"")),
-            &build("amd64", Some("\">=1.6, <2.3\"")),
-            &build("amd64", Some("\"=2.2\"")),
-            &build("amd64", None),
-            &build("x86_64", None),
-        ]),
+        with_platforms(
+            &with,
+            &[
+                &build("amd64", Some("\"<2.3\"")),
+                &build("amd64", Some("\">=2.3\"")),
+                &build("amd64", Some("\">=1.6, <2.3\"")),
+                &build("amd64", Some("\"=2.2\"")),
+                &build("amd64", None),
+                &build("x86_64", None),
+            ],
+        ),
         with_check(
+            &with,
             "{image: docker.io/library/shim-agent-wasm-hello:v1, command: [\"/hello.wasm\"], args: [], success: {exitCode: 0, outputContains: \"hello from wasm\"}, timeoutSeconds: 60}",
         ),
-        with_check(&check_with("timeoutSeconds", "600")),
-        with_check(&check_with("success", "{exitCode: 255}")),
+        with_check(&with, &check_with("timeoutSeconds", "600")),
+        with_check(&with, &check_with("success", "{exitCode: 255}")),
     ];
     for yaml in good {
         let (ok, out) = env.apply_dry_run(&yaml);

@@ -5,6 +5,9 @@ use shim_agent::api::load::parse_shims;
 use shim_agent::api::manifests::{crd_yaml, manifests_yaml};
 
 use crate::support::option_paths;
+use crate::support::shim_cases::{
+    Judge, build, check_with, new_field_refusals, with_check, with_platforms,
+};
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -480,114 +483,9 @@ fn each_bad_runtime_binary_or_option_path_is_refused_with_its_rule_message() {
     }
 }
 
-/// `fetchStrategy.platforms` instead of `anonHttp`, each entry's YAML in flow style.
-fn with_platforms(entries: &[&str]) -> String {
-    let list: String = entries.iter().map(|e| format!("      - {e}\n")).collect();
-    with(
-        "    anonHttp:\n      location: https://example.com/shim.tar.gz\n      sha256: 3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0\n",
-        &format!("    platforms:\n{list}"),
-    )
-}
-
-/// A `platforms` entry for linux/`arch` with this `containerd` range (YAML), or none.
-fn build(arch: &str, containerd: Option<&str>) -> String {
-    let range = containerd.map_or(String::new(), |r| format!(", containerd: {r}"));
-    format!("{{os: linux, arch: {arch}, location: \"https://x/{arch}.tgz\"{range}}}")
-}
-
-/// `check.container` set to this YAML flow mapping.
-fn with_check(container: &str) -> String {
-    with(
-        "  rolloutStrategy:",
-        &format!("  check:\n    container: {container}\n  rolloutStrategy:"),
-    )
-}
-
-const RANGE: &str = "platforms[].containerd must be a containerd version range of at most 128 characters: comparators separated by commas, each an operator (>=, >, <=, <, =) and a version MAJOR[.MINOR[.PATCH]]";
-const DUPLICATE: &str =
-    "fetchStrategy.platforms must not list two entries with the same os, arch and containerd";
-const IMAGE: &str =
-    "check.container.image must be an image reference of 1 to 4096 characters, without whitespace";
-const COMMAND: &str =
-    "check.container.command must list 1 to 64 items, each of 1 to 4096 characters";
-const ARGS: &str =
-    "check.container.args must list at most 64 items, each of at most 4096 characters";
-const EXIT_CODE: &str = "check.container.success.exitCode must be from 0 to 255";
-const OUTPUT: &str = "check.container.success.outputContains must be 1 to 4096 characters when set";
-const TIMEOUT: &str = "check.container.timeoutSeconds must be from 1 to 600";
-
-/// A good check container with `field` replaced by `value` (flow-style YAML).
-fn check_with(field: &str, value: &str) -> String {
-    let mut fields = vec![
-        (
-            "image",
-            "docker.io/library/shim-agent-wasm-hello:v1".to_string(),
-        ),
-        ("command", "[/hello.wasm]".to_string()),
-        ("timeoutSeconds", "60".to_string()),
-    ];
-    match fields.iter_mut().find(|(f, _)| *f == field) {
-        Some(f) => f.1 = value.to_string(),
-        None => fields.push((field, value.to_string())),
-    }
-    let body: Vec<String> = fields.iter().map(|(f, v)| format!("{f}: {v}")).collect();
-    format!("{{{}}}", body.join(", "))
-}
-
-/// Every refusal of the containerd ranges and the check container: (what, the Shim, the
-/// message). The same list as tests/kube/api.rs gives the real API server.
-fn new_field_refusals() -> Vec<(String, String, &'static str)> {
-    let mut cases = Vec::new();
-    for bad in [
-        "\"2.3\"",
-        "\"<\"",
-        "\"~2.3\"",
-        "\"<2.3,\"",
-        "\"<2.3.4.5\"",
-        "\"<v2.3\"",
-        "\"<2.x\"",
-        "\"== 2.3\"",
-        "\"<2.3 >1.6\"",
-        "\"<1234567890\"",
-        "\"\"",
-        &format!("\"<{}\"", "1.".repeat(70)),
-    ] {
-        let yaml = with_platforms(&[&build("amd64", Some(bad))]);
-        cases.push((format!("containerd {bad}"), yaml, RANGE));
-    }
-    for (what, a, b) in [
-        ("the same range", Some("\"<2.3\""), Some("\"<2.3\"")),
-        ("no range twice", None, None),
-    ] {
-        let yaml = with_platforms(&[&build("amd64", a), &build("arm64", a), &build("amd64", b)]);
-        cases.push((format!("duplicate entries, {what}"), yaml, DUPLICATE));
-    }
-    let long_image = format!("\"{}\"", "a".repeat(4097));
-    let many = format!("[{}]", vec!["x"; 65].join(", "));
-    for (field, value, message) in [
-        ("image", "\"\"", IMAGE),
-        ("image", "\"hello wasm:v1\"", IMAGE),
-        ("image", "\"hello:v1\\t\"", IMAGE),
-        ("image", long_image.as_str(), IMAGE),
-        ("command", "[]", COMMAND),
-        ("command", "[/hello.wasm, \"\"]", COMMAND),
-        ("command", many.as_str(), COMMAND),
-        ("args", many.as_str(), ARGS),
-        ("success", "{exitCode: 300}", EXIT_CODE),
-        ("success", "{exitCode: -1}", EXIT_CODE),
-        ("success", "{outputContains: \"\"}", OUTPUT),
-        ("timeoutSeconds", "0", TIMEOUT),
-        ("timeoutSeconds", "601", TIMEOUT),
-    ] {
-        let yaml = with_check(&check_with(field, value));
-        cases.push((format!("check {field}: {value:.40}"), yaml, message));
-    }
-    cases
-}
-
 #[test]
 fn each_bad_containerd_range_or_check_container_is_refused_with_its_rule_message() {
-    for (what, yaml, message) in new_field_refusals() {
+    for (what, yaml, message) in new_field_refusals(&with, Judge::Node) {
         let e = rejected(&yaml);
         assert!(e.contains(message), "{what}: expected {message:?} in:\n{e}");
     }
@@ -603,7 +501,7 @@ fn the_documented_containerd_ranges_and_check_container_are_accepted() {
         "\"<=2.2.7\"",
         "\" > 1.6 ,<2 \"",
     ] {
-        let yaml = with_platforms(&[&build("amd64", Some(range))]);
+        let yaml = with_platforms(&with, &[&build("amd64", Some(range))]);
         let shims = parse_shims(&yaml, "shim.yaml").unwrap_or_else(|e| panic!("{range}: {e}"));
         let platforms = shims[0].spec.fetch_strategy.platforms.clone().unwrap();
         assert_eq!(
@@ -612,14 +510,18 @@ fn the_documented_containerd_ranges_and_check_container_are_accepted() {
         );
     }
     // one build per containerd range for the same os/arch, and a range-less one beside them
-    let builds = with_platforms(&[
-        &build("amd64", Some("\"<2.3\"")),
-        &build("amd64", Some("\">=2.3\"")),
-        &build("amd64", None),
-        &build("x86_64", None),
-    ]);
+    let builds = with_platforms(
+        &with,
+        &[
+            &build("amd64", Some("\"<2.3\"")),
+            &build("amd64", Some("\">=2.3\"")),
+            &build("amd64", None),
+            &build("x86_64", None),
+        ],
+    );
     parse_shims(&builds, "shim.yaml").unwrap_or_else(|e| panic!("{e}"));
     let documented = with_check(
+        &with,
         "{image: docker.io/library/shim-agent-wasm-hello:v1, command: [\"/hello.wasm\"], args: [], success: {exitCode: 0, outputContains: \"hello from wasm\"}, timeoutSeconds: 60}",
     );
     let shims = parse_shims(&documented, "shim.yaml").unwrap_or_else(|e| panic!("{e}"));
@@ -634,7 +536,7 @@ fn the_documented_containerd_ranges_and_check_container_are_accepted() {
     assert_eq!(check.output_contains(), Some("hello from wasm"));
     assert_eq!(check.timeout(), std::time::Duration::from_secs(60));
     // the defaults: exit code 0, no output required, 60 s
-    let bare = with_check("{image: hello:v1, command: [/hello.wasm]}");
+    let bare = with_check(&with, "{image: hello:v1, command: [/hello.wasm]}");
     let shims = parse_shims(&bare, "shim.yaml").unwrap_or_else(|e| panic!("{e}"));
     let check = shims[0]
         .spec
@@ -647,7 +549,7 @@ fn the_documented_containerd_ranges_and_check_container_are_accepted() {
     assert_eq!(check.exit_code(), 0);
     assert_eq!(check.output_contains(), None);
     assert_eq!(check.timeout(), std::time::Duration::from_secs(60));
-    let other = with_check(&check_with("success", "{exitCode: 3}"));
+    let other = with_check(&with, &check_with("success", "{exitCode: 3}"));
     let shims = parse_shims(&other, "shim.yaml").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         shims[0]
@@ -671,7 +573,7 @@ fn the_documented_containerd_ranges_and_check_container_are_accepted() {
         ("timeoutSeconds", "1".to_string()),
         ("timeoutSeconds", "600".to_string()),
     ] {
-        let yaml = with_check(&check_with(field, &value));
+        let yaml = with_check(&with, &check_with(field, &value));
         parse_shims(&yaml, "shim.yaml").unwrap_or_else(|e| panic!("{field}: {e}"));
     }
     // no check at all, and a check without a container

@@ -26,6 +26,7 @@ pub mod node_env;
 pub mod option_paths;
 pub mod runtime_classes;
 pub mod shim_builder;
+pub mod shim_cases;
 pub mod tls;
 
 /// The one way a test that needs an env (the kube env, the node env) says it cannot run here:
