@@ -23,8 +23,8 @@ use shim_agent::node::tasks::{SANDBOX_FILE, SHIM_PATH_FILE, TASK_DIR};
 use shim_agent::profile;
 use shim_agent::settings::Settings;
 use shim_agent::state::{NodeState, Origin, RetainedVersion, StateStore};
-use shim_agent::txn::retain::judge;
 use shim_agent::txn::Node;
+use shim_agent::txn::retain::judge;
 
 /// Stands for containerd: nothing restarts; the state directory is where the bench put it.
 #[path = "common/instant_node.rs"]
