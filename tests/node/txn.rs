@@ -630,6 +630,12 @@ async fn run_repairs_drift_and_does_not_restart_for_unrelated_changes() {
             .is_ok_and(|s| s.handlers.contains(&"demo".to_string()))
     })
     .await;
+    // and the repair to end: after the restart it proves the handler (a pod sandbox) before it
+    // commits; a binary deleted while it proves makes the check fail and the repair roll back
+    until("the repair to commit", async || {
+        read_state(&env.host_root()).journal.is_none()
+    })
+    .await;
 
     // the binary is deleted: put back without a restart
     let inv = invocation(&env).await;
