@@ -108,13 +108,13 @@ pub async fn reconcile<R: Restarter, H: HealthCheck>(
             Ok(report.restarts)
         }
         Err(e) => {
-            let reason = crate::txn::error::reason_of(&e);
+            let reason = e.reason();
             for name in &work {
                 let key = key_of(name).unwrap_or_default();
                 let pause = retries.failed(name, &key, reason, tokio::time::Instant::now());
-                tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed ({reason}), retrying in {} s: {e:#}", pause.as_secs());
+                tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed ({reason}), retrying in {} s: {e}", pause.as_secs());
             }
-            Err(e)
+            Err(e.into())
         }
     }
 }

@@ -287,10 +287,8 @@ fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {
             .map(|s| Change::Install(Box::new(s)))
             .collect();
         let report = rt.block_on(async {
-            live_node(&root, settings, Origin::Cli)
-                .await?
-                .apply(changes)
-                .await
+            let node = live_node(&root, settings, Origin::Cli).await?;
+            anyhow::Ok(node.apply(changes).await?)
         })?;
         print_report(&report);
         return Ok(());
@@ -356,10 +354,8 @@ fn cmd_uninstall(settings: &Settings, args: UninstallArgs) -> anyhow::Result<()>
     if is_live(&args.root) {
         let change = vec![Change::Uninstall(args.name.clone())];
         let report = runtime()?.block_on(async {
-            live_node(&root, settings, Origin::Cli)
-                .await?
-                .apply(change)
-                .await
+            let node = live_node(&root, settings, Origin::Cli).await?;
+            anyhow::Ok(node.apply(change).await?)
         })?;
         if report.removed.is_empty() {
             anyhow::bail!("no Shim named {:?} is installed on this node", args.name);

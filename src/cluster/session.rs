@@ -178,7 +178,7 @@ async fn recover<R: Restarter, H: HealthCheck>(
     )
     .until(shutdown.clone())
     .except(statics.iter().map(|s| s.name().to_string()));
-    node.recover_gated(store, state, &gate).await
+    Ok(node.recover_gated(store, state, &gate).await?)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -22,6 +22,20 @@ use super::NodeError;
 use crate::hostroot::HostRoot;
 use crate::text::clip;
 
+/// How often a run that met ETXTBSY is tried again.
+const TEXT_BUSY_TRIES: usize = 10;
+
+/// Whether the exec of the shim failed with ETXTBSY ("Text file busy"): directly, or as
+/// `chroot`'s exit 126 with its message.
+fn text_file_busy(ran: &Ran) -> bool {
+    const BUSY: &str = "Text file busy";
+    match ran {
+        Ran::NotStarted(why) => why.contains(BUSY),
+        Ran::Exited(126, text) => text.contains(BUSY),
+        _ => false,
+    }
+}
+
 /// Most bytes of the answer read.
 const MAX_ANSWER_BYTES: u64 = 64 * 1024;
 /// Longest version kept.
@@ -50,7 +64,17 @@ pub async fn shim_version(
     runs_here: bool,
     timeout: Duration,
 ) -> Result<Option<String>, NodeError> {
-    let ran = run_dash_v(root, binary, runs_here, timeout).await;
+    let mut ran = run_dash_v(root, binary, runs_here, timeout).await;
+    // A process forked elsewhere in this program while the artifact was being written holds
+    // its write descriptor until it execs: the exec fails with ETXTBSY for that moment (the
+    // known race of multithreaded programs that run a file they just wrote). Not the shim's.
+    for _ in 0..TEXT_BUSY_TRIES {
+        if !text_file_busy(&ran) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        ran = run_dash_v(root, binary, runs_here, timeout).await;
+    }
     judge(&ran).map_err(|detail| NodeError::ShimDoesNotRun {
         binary: root.host_path_of(binary).display().to_string(),
         detail,
@@ -223,6 +247,22 @@ mod tests {
         let slow = judge(&Ran::TimedOut(Duration::from_secs(10))).unwrap_err();
         assert!(slow.contains("within 10 s"), "{slow}");
         assert!(judge(&Ran::NotStarted("Exec format error (os error 8)".into())).is_err());
+    }
+
+    #[test]
+    fn a_busy_text_file_is_told_apart_from_a_shim_that_cannot_run() {
+        assert!(text_file_busy(&Ran::NotStarted(
+            "Text file busy (os error 26)".into()
+        )));
+        assert!(text_file_busy(&Ran::Exited(
+            126,
+            "chroot: failed to run command '/x': Text file busy\n".into()
+        )));
+        assert!(!text_file_busy(&Ran::Exited(
+            126,
+            "Permission denied".into()
+        )));
+        assert!(!text_file_busy(&Ran::Exited(0, "Text file busy".into())));
     }
 
     #[test]

@@ -196,6 +196,28 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         Ok(())
     }
 
+    /// A step before anything on the host changed failed: the machine says the transaction
+    /// aborts, and the journal closes.
+    fn abort(&self, store: &StateStore, state: &mut NodeState, reason: &str) -> anyhow::Result<()> {
+        let Some(j) = state.journal.as_ref() else {
+            bail!("no open transaction to abort")
+        };
+        let failed = Event::Failed {
+            reason: reason.to_string(),
+        };
+        match machine::next(j.phase, &failed)? {
+            Next::Abort { .. } => {
+                state.journal = None;
+                store.save(state)?;
+                Ok(())
+            }
+            Next::Phase(p) => bail!(
+                "a transaction at {:?} cannot abort (it goes to {p:?})",
+                j.phase
+            ),
+        }
+    }
+
     pub(super) async fn verify_journal(&self, j: &Journal) -> Result<(), crate::node::NodeError> {
         let present: Vec<String> = j.pending.iter().map(|r| r.handler.clone()).collect();
         let absent: Vec<String> = j.removing.clone();
@@ -203,8 +225,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     }
 
     /// Apply `changes` in one transaction (one restart).
-    pub async fn apply(&self, changes: Vec<Change>) -> anyhow::Result<Report> {
-        let (store, mut state) = self.open().await?;
+    pub async fn apply(&self, changes: Vec<Change>) -> Result<Report, TxnError> {
+        let (store, mut state) = self.open().await.map_err(TxnError::from_error)?;
         self.apply_with(&store, &mut state, changes).await
     }
 
@@ -214,7 +236,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         store: &StateStore,
         state: &mut NodeState,
         changes: Vec<Change>,
-    ) -> anyhow::Result<Report> {
+    ) -> Result<Report, TxnError> {
         self.apply_gated(store, state, changes, false, &Ungated)
             .await
     }
@@ -227,13 +249,14 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         state: &mut NodeState,
         changes: Vec<Change>,
         progress: bool,
-    ) -> anyhow::Result<Report> {
+    ) -> Result<Report, TxnError> {
         self.apply_gated(store, state, changes, progress, &Ungated)
             .await
     }
 
     /// Like [`apply_with`](Self::apply_with), restarting containerd only while `gate` holds
-    /// a rollout slot of every Shim the batch touches.
+    /// a rollout slot of every Shim the batch touches. A failure is the transaction's typed
+    /// outcome ([`TxnError`]).
     pub async fn apply_gated<G: Gate>(
         &self,
         store: &StateStore,
@@ -241,10 +264,11 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         changes: Vec<Change>,
         progress: bool,
         gate: &G,
-    ) -> anyhow::Result<Report> {
+    ) -> Result<Report, TxnError> {
+        let typed = TxnError::from_error;
         let mut report = Report::default();
         let t0 = Instant::now();
-        let current = self.load_config()?;
+        let current = self.load_config().map_err(typed)?;
         let facts = self.host_facts_of(&current, state);
         let sorted = sort(changes, state, &facts, self.origin, &mut report.unchanged)?;
         let Sorted {
@@ -267,25 +291,20 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             .collect();
         notices::doing("fetching", &names);
         let mut undo = Undo::default();
-        let prepared = match self.fetch_all(state, &installs, progress, &mut undo).await {
+        // Plan every config change on one evolving view of the files.
+        let planned = match self.fetch_all(state, &installs, progress, &mut undo).await {
+            Ok(p) => self.plan_all(current, &p, &removes).map(|plan| (p, plan)),
+            Err(e) => Err(e),
+        };
+        let (prepared, plan) = match planned {
             Ok(p) => p,
             Err(e) => {
                 undo.run();
                 crate::telemetry::doing(None);
-                return Err(e);
+                return Err(typed(e));
             }
         };
         report.reached(Phase::Fetched, t0.elapsed());
-
-        // Plan every config change on one evolving view of the files.
-        let plan = match self.plan_all(current, &prepared, &removes) {
-            Ok(p) => p,
-            Err(e) => {
-                undo.run();
-                crate::telemetry::doing(None);
-                return Err(e);
-            }
-        };
 
         let steps = Steps {
             prepared: &prepared,
@@ -295,7 +314,8 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         };
         let result = self
             .run(store, state, &steps, gate, &mut undo, &mut report)
-            .await;
+            .await
+            .map_err(typed);
         end_gate(gate, &result).await;
         // Rolled back (the journal is closed): what this run fetched and created goes too.
         // An open journal (Broken) keeps everything for the next recovery.
@@ -401,12 +421,12 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             tracing::debug!(waited_us = waited.as_micros() as u64, "the gate answered");
             crate::telemetry::slot_waited(waited);
             if let Err(e) = acquired {
-                state.journal = None;
-                store.save(state)?;
+                let message = format!("no rollout slot: {e}");
+                self.abort(store, state, &message)?;
                 notices::aborted(kind);
-                let e = TxnError::new(TxnReason::NoSlot, format!("no rollout slot: {e}"))
+                let e = TxnError::new(TxnReason::NoSlot, message)
                     .at(Some(Phase::Fetched))
-                    .caused_by(Some(e.reason()));
+                    .refused_by_gate(e);
                 return Err(e.into());
             }
             notices::doing("applying", &names);
@@ -439,8 +459,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         let backups = match stage_backups(self.root, store.dir(), &id, &touched, undo) {
             Ok(b) => b,
             Err(e) => {
-                state.journal = None;
-                store.save(state)?;
+                self.abort(store, state, &format!("{e:#}"))?;
                 notices::aborted(kind);
                 return Err(e);
             }
@@ -455,12 +474,10 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
 /// The transaction's slots when it ends: given back when it committed, and when the node cannot
 /// run pods at all (not the Shim's failure: its rollout goes on); kept and marked failed
 /// otherwise.
-async fn end_gate<G: Gate>(gate: &G, result: &anyhow::Result<()>) {
+async fn end_gate<G: Gate>(gate: &G, result: &Result<(), TxnError>) {
     match result {
         Ok(()) => gate.release().await,
-        Err(e) if super::error::kind_of(e) == Some(TxnReason::NodeCannotRunPods) => {
-            gate.release().await
-        }
-        Err(e) => gate.failed(&format!("{e:#}")).await,
+        Err(e) if e.reason == TxnReason::NodeCannotRunPods => gate.release().await,
+        Err(e) => gate.failed(&e.message).await,
     }
 }

@@ -1,8 +1,9 @@
-//! The typed outcome of a failed transaction: a stable [`TxnReason`] (a condition's reason, a
-//! metric label, an Event's reason), the phase it failed in, the typed cause's reason (a port
-//! error's: [`crate::node::NodeError`] from the restart and the health check, [`GateError`]
-//! from the rollout gate), the Shims it blames, and the message a person reads. Callers branch
-//! on the reasons, never on the text.
+//! The typed outcome of a failed transaction, which every `Node::apply*` returns: a stable
+//! [`TxnReason`] (a condition's reason, a metric label, an Event's reason), the phase it failed
+//! in, its typed [`Cause`] (the rollout gate's [`GateError`], or a step's typed error by its
+//! reason: a node edge's [`crate::node::NodeError`], an artifact's, a config's), the Shims it
+//! blames, and the message a person reads. Callers match on the kind and the cause, never on
+//! the text.
 
 use thiserror::Error;
 
@@ -37,6 +38,10 @@ pub enum TxnReason {
     /// found before the restart, so nothing on the host changed and no runtime is blamed.
     /// The error's [`reason`](TxnError::reason) is `NoSandboxImage`.
     NodeCannotRunPods,
+    /// Anything else went wrong around the steps (the config could not be read, the state
+    /// could not be written, ...). The error's [`reason`](TxnError::reason) is its typed
+    /// error's, else `TransactionFailed`.
+    Failed,
 }
 
 impl TxnReason {
@@ -51,6 +56,7 @@ impl TxnReason {
             TxnReason::Unprepared => "Unprepared",
             TxnReason::CheckFailed => "CheckFailed",
             TxnReason::NodeCannotRunPods => "NodeCannotRunPods",
+            TxnReason::Failed => "Failed",
         }
     }
 }
@@ -62,9 +68,9 @@ pub struct TxnError {
     pub reason: TxnReason,
     /// The last phase the journal reached before the failure (`None`: before the journal).
     pub phase: Option<Phase>,
-    /// The stable reason of the step's own error (`RestartFailed`, `HandlerMissing`,
-    /// `SlotLost`, ...), when the step failed with a typed one.
-    pub cause: Option<&'static str>,
+    /// What the step failed with, when it was typed: the gate's refusal, or a step's typed
+    /// error (`RestartFailed`, `HandlerMissing`, `DigestMismatch`, ...).
+    pub cause: Option<Cause>,
     /// The Shims the failure is known to come from; empty when it may come from any Shim
     /// of the batch.
     pub blamed: Vec<String>,
@@ -89,9 +95,45 @@ impl TxnError {
     }
 
     /// Caused by a step's typed error with this reason.
-    pub fn caused_by(mut self, cause: Option<&'static str>) -> Self {
-        self.cause = cause;
+    pub fn caused_by(mut self, reason: Option<&'static str>) -> Self {
+        self.cause = reason.map(Cause::Step);
         self
+    }
+
+    /// Caused by the rollout gate's refusal.
+    pub fn refused_by_gate(mut self, e: GateError) -> Self {
+        self.cause = Some(Cause::Gate(e));
+        self
+    }
+
+    /// Any error of a transaction as its typed outcome: a [`TxnError`] in its chain (the
+    /// message the whole chain), else [`TxnReason::Failed`] typed by the first typed error
+    /// in the chain.
+    pub fn from_error(e: anyhow::Error) -> Self {
+        let message = format!("{e:#}");
+        match e.chain().find_map(|c| c.downcast_ref::<TxnError>()) {
+            Some(t) => TxnError {
+                message,
+                ..t.clone()
+            },
+            None => TxnError::new(TxnReason::Failed, message).caused_by(typed_reason(&e)),
+        }
+    }
+
+    /// Whether the change only waits: it never began because no rollout slot could be had
+    /// while the API server was away or overloaded. The node tries again soon, without
+    /// calling it a failure of the Shim's: at 5000 nodes an overloaded server made thousands
+    /// of nodes report `Failed` and back off for minutes, which slowed the rollout further.
+    pub fn only_waits(&self) -> bool {
+        self.reason == TxnReason::NoSlot
+            && matches!(self.cause, Some(Cause::Gate(GateError::SlotUnavailable(_))))
+    }
+
+    /// Whether the wait for a rollout slot ended because the cluster's Shims changed
+    /// ([`GateError::Superseded`]): nothing was tried, and the node plans again at once.
+    pub fn superseded(&self) -> bool {
+        self.reason == TxnReason::NoSlot
+            && matches!(self.cause, Some(Cause::Gate(GateError::Superseded)))
     }
 
     /// Blaming `shim`.
@@ -114,12 +156,31 @@ impl TxnError {
     /// [cannot run pods](TxnReason::NodeCannotRunPods) its step's own (what the Shim's
     /// condition says).
     pub fn reason(&self) -> &'static str {
-        match (self.reason, self.cause) {
-            (
-                TxnReason::Unprepared | TxnReason::CheckFailed | TxnReason::NodeCannotRunPods,
-                cause,
-            ) => cause.unwrap_or(UNTYPED),
-            (reason, _) => reason.as_str(),
+        match self.reason {
+            TxnReason::Unprepared
+            | TxnReason::CheckFailed
+            | TxnReason::NodeCannotRunPods
+            | TxnReason::Failed => self.cause.as_ref().map_or(UNTYPED, Cause::reason),
+            kind => kind.as_str(),
+        }
+    }
+}
+
+/// What a failed transaction's step failed with, typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// The rollout gate said no.
+    Gate(GateError),
+    /// A step's typed error, by its stable reason.
+    Step(&'static str),
+}
+
+impl Cause {
+    /// The stable reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Cause::Gate(e) => e.reason(),
+            Cause::Step(r) => r,
         }
     }
 }
@@ -219,21 +280,14 @@ impl GateError {
     pub fn reason(&self) -> &'static str {
         match self {
             GateError::ShuttingDown => "ShuttingDown",
-            GateError::Superseded => SUPERSEDED,
-            GateError::SlotUnavailable(_) => SLOT_UNAVAILABLE,
+            GateError::Superseded => "Superseded",
+            GateError::SlotUnavailable(_) => "SlotUnavailable",
             GateError::SlotRefused(_) => "SlotRefused",
             GateError::SlotLost { .. } => "SlotLost",
             GateError::Refused(_) => "RefusedByExtension",
             GateError::ExtensionsUnknown(_) => "ExtensionsUnknown",
         }
     }
-}
-
-/// The stable reason of a failed change: the first typed error in its chain (the
-/// transaction's, an artifact's or a containerd config's), else `TransactionFailed`. Callers
-/// branch on it and label metrics, conditions and Events with it; nobody parses the text.
-pub fn reason_of(e: &anyhow::Error) -> &'static str {
-    typed_reason(e).unwrap_or(UNTYPED)
 }
 
 /// The reason of the first typed error in `e`'s chain, if it has one.
@@ -248,6 +302,9 @@ fn typed_reason(e: &anyhow::Error) -> Option<&'static str> {
         if let Some(n) = cause.downcast_ref::<NodeError>() {
             return Some(n.reason());
         }
+        if let Some(s) = cause.downcast_ref::<crate::state::StateError>() {
+            return Some(s.reason());
+        }
         cause
             .downcast_ref::<crate::containerd::ConfigError>()
             .map(|c| c.reason())
@@ -256,45 +313,6 @@ fn typed_reason(e: &anyhow::Error) -> Option<&'static str> {
 
 /// The reason of a failed change with no typed error in its chain.
 const UNTYPED: &str = "TransactionFailed";
-
-/// Whether a failed change only waits: it never began because no rollout slot could be had
-/// while the API server was away or overloaded. The node tries again soon, without calling it
-/// a failure of the Shim's: at 5000 nodes an overloaded server made thousands of nodes report
-/// `Failed` and back off for minutes, which slowed the rollout further.
-pub fn only_waits(e: &anyhow::Error) -> bool {
-    e.chain()
-        .filter_map(|c| c.downcast_ref::<TxnError>())
-        .any(|t| t.reason == TxnReason::NoSlot && t.cause == Some(SLOT_UNAVAILABLE))
-}
-
-/// Whether `e` is a wait for a rollout slot that ended because the cluster's Shims changed
-/// ([`GateError::Superseded`]): nothing was tried, and the node plans again at once.
-pub fn superseded(e: &anyhow::Error) -> bool {
-    e.chain()
-        .filter_map(|c| c.downcast_ref::<TxnError>())
-        .any(|t| t.reason == TxnReason::NoSlot && t.cause == Some(SUPERSEDED))
-}
-
-/// The reason of [`GateError::Superseded`].
-const SUPERSEDED: &str = "Superseded";
-
-/// The reason of [`GateError::SlotUnavailable`].
-const SLOT_UNAVAILABLE: &str = "SlotUnavailable";
-
-/// The kind of a failed transaction, when `e` is one.
-pub fn kind_of(e: &anyhow::Error) -> Option<TxnReason> {
-    e.chain()
-        .find_map(|c| c.downcast_ref::<TxnError>())
-        .map(|t| t.reason)
-}
-
-/// The Shims a failed change blames (empty: any Shim of its batch).
-pub fn blamed_by(e: &anyhow::Error) -> Vec<String> {
-    e.chain()
-        .filter_map(|c| c.downcast_ref::<TxnError>())
-        .flat_map(|t| t.blamed.clone())
-        .collect()
-}
 
 #[cfg(test)]
 mod tests {
@@ -310,8 +328,8 @@ mod tests {
         let message = format!("{typed:#}");
         let e = TxnError::unprepared("a", typed);
         assert_eq!(
-            (e.reason(), e.cause),
-            ("MissingDigest", Some("MissingDigest"))
+            (e.reason(), e.cause.clone()),
+            ("MissingDigest", Some(Cause::Step("MissingDigest")))
         );
         assert_eq!(
             (e.blamed, e.phase, e.message),
@@ -320,6 +338,23 @@ mod tests {
 
         let untyped = TxnError::unprepared("b", anyhow::anyhow!("disk full"));
         assert_eq!(untyped.reason(), "TransactionFailed");
-        assert_eq!(reason_of(&untyped.into()), "TransactionFailed");
+        let again = TxnError::from_error(untyped.into());
+        assert_eq!(again.reason(), "TransactionFailed");
+    }
+
+    #[test]
+    fn any_error_becomes_a_typed_outcome_with_its_whole_chain_as_the_message() {
+        let inner = TxnError::new(TxnReason::NoSlot, "no rollout slot: gone")
+            .refused_by_gate(GateError::SlotUnavailable("gone".into()));
+        let e = TxnError::from_error(anyhow::Error::new(inner).context("round"));
+        assert!(e.only_waits() && !e.superseded());
+        assert_eq!(e.message, "round: no rollout slot: gone");
+        let cfg = anyhow::Error::new(ArtifactError::MissingDigest {
+            location: "x".into(),
+        });
+        let e = TxnError::from_error(cfg.context("loading"));
+        assert_eq!((e.reason, e.reason()), (TxnReason::Failed, "MissingDigest"));
+        let plain = TxnError::from_error(anyhow::anyhow!("disk full"));
+        assert_eq!(plain.reason(), "TransactionFailed");
     }
 }

@@ -57,7 +57,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     pub(super) async fn sandbox_ready(
         &self,
         installs: &[(Box<crate::api::Shim>, Origin)],
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), TxnError> {
         if !self.health.proves() {
             return Ok(());
         }
@@ -73,7 +73,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         for (shim, _) in installs {
             te = te.blaming(shim.name());
         }
-        Err(te.into())
+        Err(te)
     }
 
     /// Remove the check sandboxes an interrupted run left behind (at start, before any

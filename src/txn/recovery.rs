@@ -13,7 +13,7 @@ use crate::state::{Journal, NodeState, Phase, StateStore};
 
 impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     /// Roll an open journal forward or back (see the recovery table in `machine`).
-    pub async fn recover(&self, store: &StateStore, state: &mut NodeState) -> anyhow::Result<()> {
+    pub async fn recover(&self, store: &StateStore, state: &mut NodeState) -> Result<(), TxnError> {
         self.recover_gated(store, state, &Ungated).await
     }
 
@@ -22,7 +22,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     pub async fn open_serving(&self) -> anyhow::Result<(StateStore, NodeState)> {
         let (store, mut state) = self.open_unrecovered()?;
         let recovered = self.recover(&store, &mut state).await;
-        going_on_after(recovered, &state)?;
+        going_on_after(recovered.map_err(anyhow::Error::from), &state)?;
         self.collect_after(&store, &mut state);
         Ok((store, state))
     }
@@ -39,7 +39,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         store: &StateStore,
         state: &mut NodeState,
         gate: &G,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), TxnError> {
         // a check a crash interrupted left its sandbox: gone before anything is proven again
         self.sweep_leftover_checks().await;
         let Some(j) = state.journal.clone() else {
@@ -51,10 +51,12 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         // them.
         if state.journal.is_none() {
             self.retire_strays(state);
-            store.save(state)?;
+            store
+                .save(state)
+                .map_err(|e| TxnError::from_error(e.into()))?;
             self.collect_after(store, state);
         }
-        result
+        result.map_err(TxnError::from_error)
     }
 
     async fn recover_journal<G: Gate>(

@@ -18,7 +18,6 @@ use shim_agent::api::load::parse_shims;
 use shim_agent::settings::Settings;
 use shim_agent::state::Phase;
 use shim_agent::txn::Change;
-use shim_agent::txn::error::{blamed_by, reason_of};
 
 use crate::support::node_env::{CHECK_IMAGE, NodeEnv, node_env};
 use crate::support::shim_builder::ShimBuilder;
@@ -215,7 +214,7 @@ async fn a_check_container_that_does_not_print_what_it_should_rolls_the_install_
         .apply(changes(&yaml))
         .await
         .unwrap_err();
-    assert_eq!(reason_of(&e), "ContainerCheckFailed", "{e:#}");
+    assert_eq!(e.reason(), "ContainerCheckFailed", "{e:#}");
     let text = format!("{e:#}");
     assert!(
         text.contains("exited with code 3") && text.contains("something else"),
@@ -243,8 +242,8 @@ async fn a_shim_missing_a_library_is_refused_by_the_preflight_without_a_restart(
         .apply(changes(&check_yaml(&url, &sha)))
         .await
         .unwrap_err();
-    assert_eq!(reason_of(&e), "MissingLibraries", "{e:#}");
-    assert_eq!(blamed_by(&e), ["demo"]);
+    assert_eq!(e.reason(), "MissingLibraries", "{e:#}");
+    assert_eq!(e.blamed.clone(), ["demo"]);
     assert!(
         format!("{e:#}").contains("libshimagent-missing.so.1"),
         "{e:#}"
@@ -284,8 +283,8 @@ async fn a_shim_built_for_another_containerd_is_rolled_back_with_its_own_error()
         env.containerd.version,
         t0.elapsed()
     );
-    assert_eq!(reason_of(&e), "SandboxCheckFailed", "{e:#}");
-    assert_eq!(blamed_by(&e), ["demo"]);
+    assert_eq!(e.reason(), "SandboxCheckFailed", "{e:#}");
+    assert_eq!(e.blamed.clone(), ["demo"]);
     let text = format!("{e:#}");
     assert!(
         text.contains("could not run a pod sandbox") && text.contains("failed to start shim"),
@@ -485,7 +484,7 @@ async fn a_node_without_its_sandbox_image_is_told_so_and_the_runtime_is_not_blam
         env.containerd.version,
         t0.elapsed()
     );
-    assert_eq!(reason_of(&e), "NoSandboxImage", "{e:#}");
+    assert_eq!(e.reason(), "NoSandboxImage", "{e:#}");
     let text = format!("{e:#}");
     assert!(
         text.contains(&image) && text.contains("not to blame"),

@@ -4,7 +4,6 @@
 //! 2.3 are in `tests/node/check.rs`.
 
 use shim_agent::state::{Phase, StateStore};
-use shim_agent::txn::error::{blamed_by, reason_of};
 
 use crate::support::live::*;
 use crate::support::{Entry, TEST_SHIM_ANSWER, sha256_hex, static_elf, tar_gz};
@@ -56,8 +55,8 @@ fn a_handler_that_cannot_run_a_sandbox_is_rolled_back_and_blamed_alone() {
     f.fail_checks = vec!["spin".into()];
     let e = block(node(&w, &f).apply(vec![shim(&w, "spin", "1"), shim(&w, "slight", "1")]))
         .unwrap_err();
-    assert_eq!(reason_of(&e), "SandboxCheckFailed");
-    assert_eq!(blamed_by(&e), ["spin"]);
+    assert_eq!(e.reason(), "SandboxCheckFailed");
+    assert_eq!(e.blamed.clone(), ["spin"]);
     let text = format!("{e:#}");
     assert!(
         text.contains("could not run a pod sandbox")
@@ -109,8 +108,8 @@ fn a_node_without_a_sandbox_image_is_told_before_anything_is_fetched_or_restarte
     f.no_sandbox_image = true;
     let e = block(node(&w, &f).apply(vec![shim(&w, "spin", "1"), shim(&w, "slight", "1")]))
         .unwrap_err();
-    assert_eq!(reason_of(&e), "NoSandboxImage");
-    let mut blamed = blamed_by(&e);
+    assert_eq!(e.reason(), "NoSandboxImage");
+    let mut blamed = e.blamed.clone();
     blamed.sort();
     assert_eq!(blamed, ["slight", "spin"], "each Shim waits for the node");
     let text = format!("{e:#}");
@@ -138,8 +137,8 @@ fn a_shim_whose_libraries_are_missing_is_refused_before_any_restart() {
         shim(&w, "slight", "1"),
     ]))
     .unwrap_err();
-    assert_eq!(reason_of(&e), "MissingLibraries");
-    assert_eq!(blamed_by(&e), ["spin"]);
+    assert_eq!(e.reason(), "MissingLibraries");
+    assert_eq!(e.blamed.clone(), ["spin"]);
     let text = format!("{e:#}");
     assert!(
         text.contains("libc.so.6") && text.contains("interpreter"),
@@ -160,7 +159,7 @@ fn a_shim_killed_by_its_own_cpu_instructions_is_refused_by_the_preflight() {
     let f = fake(&w);
     let e =
         block(node(&w, &f).apply(vec![shim_with_binary(&w, "spin", sigill_elf())])).unwrap_err();
-    assert_eq!(reason_of(&e), "ShimDoesNotRun");
+    assert_eq!(e.reason(), "ShimDoesNotRun");
     let text = format!("{e:#}");
     assert!(text.contains("SIGILL"), "{text}");
     assert_eq!(*f.restarts.borrow(), 0);

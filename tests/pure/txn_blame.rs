@@ -9,7 +9,6 @@ use shim_agent::api::Shim;
 use shim_agent::cluster::agent::memory::{Ended, Judgement, Memory, judge};
 use shim_agent::cluster::target::{Inputs, plan_node};
 use shim_agent::state::NodeState;
-use shim_agent::txn::error::{blamed_by, reason_of};
 use shim_agent::txn::{Change, TxnError, real_work};
 use tokio::time::Instant;
 
@@ -64,19 +63,16 @@ fn one_bad_shim_in_a_batch_is_blamed_alone_and_the_others_go_on_together() {
         assert_eq!(work, ["alpha", "bad", "omega"]);
 
         let e = block(n.apply_with(&store, &mut state, changes)).unwrap_err();
-        let t = e
-            .chain()
-            .find_map(|c| c.downcast_ref::<TxnError>())
-            .expect("a TxnError in the chain");
+        let t: &TxnError = &e;
         assert_eq!(t.blamed, ["bad"], "{reason}: {e:#}");
         assert_eq!((t.reason(), t.phase), (reason, None), "{e:#}");
-        assert_eq!(reason_of(&e), reason, "the step's own reason, as before");
+        assert_eq!(e.reason(), reason, "the step's own reason, as before");
         assert_eq!(*f.restarts.borrow(), 0);
         assert!(state.shims.is_empty() && state.journal.is_none());
 
         // the agent blames it alone: it is held back, the others go on together at once
         assert_eq!(
-            judge(&work, &blamed_by(&e), Ended::Failed),
+            judge(&work, &e.blamed.clone(), Ended::Failed),
             Judgement::Blame(vec!["bad".to_string()]),
             "{reason}"
         );

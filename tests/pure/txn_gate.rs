@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use shim_agent::state::Phase;
 use shim_agent::txn::TxnError;
-use shim_agent::txn::error::{GateError, only_waits};
+use shim_agent::txn::error::GateError;
 use shim_agent::txn::{Change, Gate};
 
 use crate::support::live::*;
@@ -57,10 +57,10 @@ fn apply(
     f: &FakeContainerd,
     g: &FakeGate,
     changes: Vec<Change>,
-) -> anyhow::Result<shim_agent::txn::Report> {
+) -> Result<shim_agent::txn::Report, TxnError> {
     block(async {
         let n = node(w, f);
-        let (store, mut state) = n.open().await?;
+        let (store, mut state) = n.open().await.map_err(TxnError::from_error)?;
         n.apply_gated(&store, &mut state, changes, false, g).await
     })
 }
@@ -163,12 +163,8 @@ fn a_failed_transaction_keeps_its_slot_marked_with_the_reason() {
 }
 
 /// The typed outcome of a failed transaction, as callers read it (never from its text).
-fn outcome(e: &anyhow::Error) -> (&'static str, Option<Phase>, Option<&'static str>) {
-    let t = e
-        .chain()
-        .find_map(|c| c.downcast_ref::<TxnError>())
-        .expect("a TxnError in the chain");
-    (t.reason(), t.phase, t.cause)
+fn outcome(t: &TxnError) -> (&'static str, Option<Phase>, Option<&'static str>) {
+    (t.reason(), t.phase, t.cause.as_ref().map(|c| c.reason()))
 }
 
 #[test]
@@ -185,7 +181,7 @@ fn a_failure_says_its_reason_the_phase_it_reached_and_the_ports_typed_cause() {
         ("NoSlot", Some(Fetched), Some("SlotUnavailable"))
     );
     assert!(
-        only_waits(&e),
+        e.only_waits(),
         "the API server was away: the change only waits"
     );
 
@@ -196,7 +192,7 @@ fn a_failure_says_its_reason_the_phase_it_reached_and_the_ports_typed_cause() {
     };
     let e = apply(&w, &fake(&w), &refused, vec![shim(&w, "spin", "1")]).unwrap_err();
     assert_eq!(outcome(&e), ("NoSlot", Some(Fetched), Some("SlotRefused")));
-    assert!(!only_waits(&e), "a refusal is a failure");
+    assert!(!e.only_waits(), "a refusal is a failure");
 
     let w = world();
     let lost = FakeGate {
@@ -264,11 +260,11 @@ fn interrupted_at_applied(w: &World, f: &FakeContainerd) {
         let n = node(w, f);
         let (store, mut state) = n.open().await.unwrap();
         let run = n.apply_gated(&store, &mut state, vec![shim(w, "spin", "1")], false, &g);
+        let ended = tokio::time::timeout(std::time::Duration::from_millis(300), run).await;
         assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(300), run)
-                .await
-                .is_err(),
-            "the transaction waits for its renewal"
+            ended.is_err(),
+            "the transaction waits for its renewal: {:?}",
+            ended.map(|r| r.map_err(|e| e.message))
         );
     });
     let j = state(w).journal.expect("an open journal");

@@ -11,24 +11,23 @@ use super::memory::{self, Ended, Judgement};
 use crate::api::Shim;
 use crate::cluster::target::NodePlan;
 use crate::state::NodeState;
-use crate::txn::error::{blamed_by, kind_of, only_waits, reason_of, superseded};
-use crate::txn::{HealthCheck, Report, Restarter, TxnReason};
+use crate::txn::{HealthCheck, Report, Restarter, TxnError, TxnReason};
 
 /// The Event reason of a failed change: what was being done, from the failed transaction's
 /// kind and reason, whether the Shim was installed before, and whether the cluster still
 /// wants it. A runtime that failed its check, and a node that cannot run pods, keep the
 /// check's own reason (`SandboxCheckFailed`, `NoSandboxImage`, ...).
 pub fn event_reason(
-    kind: Option<TxnReason>,
+    kind: TxnReason,
     reason: &'static str,
     was_installed: bool,
     wanted: bool,
 ) -> &'static str {
     match (kind, was_installed, wanted) {
-        (Some(TxnReason::DriftUnrepairable), ..) => "DriftUnrepairable",
+        (TxnReason::DriftUnrepairable, ..) => "DriftUnrepairable",
         (_, _, false) => "UninstallFailed",
-        (Some(TxnReason::CheckFailed | TxnReason::NodeCannotRunPods), ..) => reason,
-        (Some(TxnReason::RolledBack), ..) => "RolledBack",
+        (TxnReason::CheckFailed | TxnReason::NodeCannotRunPods, ..) => reason,
+        (TxnReason::RolledBack, ..) => "RolledBack",
         (_, true, true) => "UpgradeFailed",
         (_, false, true) => "InstallFailed",
     }
@@ -83,23 +82,23 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
 
     pub(super) fn failed(
         &mut self,
-        e: anyhow::Error,
+        e: TxnError,
         work: &[String],
         before: &NodeState,
         cluster: &[Shim],
         node: &KubeNode,
     ) {
-        let message = format!("{e:#}");
+        let message = e.message.clone();
         let ended = if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
             Ended::Stopping
-        } else if superseded(&e) {
+        } else if e.superseded() {
             Ended::Superseded
-        } else if only_waits(&e) {
+        } else if e.only_waits() {
             Ended::OnlyWaits
         } else {
             Ended::Failed
         };
-        let culprits = match memory::judge(work, &blamed_by(&e), ended) {
+        let culprits = match memory::judge(work, &e.blamed, ended) {
             Judgement::Stopping => {
                 // The wait for a rollout slot ended because the agent stops: nothing was
                 // tried, nothing failed; the next start takes it up again.
@@ -128,7 +127,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             Judgement::Blame(culprits) => culprits,
         };
         self.memory.rerun();
-        let (kind, reason) = (kind_of(&e), reason_of(&e));
+        let (kind, reason) = (e.reason, e.reason());
         for name in culprits {
             let shim = cluster.iter().find(|s| s.name() == name);
             let pause = self
@@ -221,27 +220,27 @@ mod tests {
     #[test]
     fn a_failed_change_is_named_by_what_it_was_doing() {
         assert_eq!(
-            event_reason(None, "FetchFailed", false, true),
+            event_reason(Unprepared, "FetchFailed", false, true),
             "InstallFailed"
         );
         assert_eq!(
-            event_reason(None, "FetchFailed", true, true),
+            event_reason(Unprepared, "FetchFailed", true, true),
             "UpgradeFailed"
         );
         assert_eq!(
-            event_reason(Some(RolledBack), "RolledBack", true, true),
+            event_reason(RolledBack, "RolledBack", true, true),
             "RolledBack"
         );
         assert_eq!(
-            event_reason(Some(RolledBack), "RolledBack", false, true),
+            event_reason(RolledBack, "RolledBack", false, true),
             "RolledBack"
         );
         assert_eq!(
-            event_reason(Some(RolledBack), "RolledBack", true, false),
+            event_reason(RolledBack, "RolledBack", true, false),
             "UninstallFailed"
         );
         assert_eq!(
-            event_reason(Some(DriftUnrepairable), "DriftUnrepairable", true, false),
+            event_reason(DriftUnrepairable, "DriftUnrepairable", true, false),
             "DriftUnrepairable"
         );
     }
@@ -249,15 +248,15 @@ mod tests {
     #[test]
     fn a_runtime_that_failed_its_check_keeps_the_checks_reason() {
         assert_eq!(
-            event_reason(Some(CheckFailed), "SandboxCheckFailed", false, true),
+            event_reason(CheckFailed, "SandboxCheckFailed", false, true),
             "SandboxCheckFailed"
         );
         assert_eq!(
-            event_reason(Some(NodeCannotRunPods), "NoSandboxImage", true, true),
+            event_reason(NodeCannotRunPods, "NoSandboxImage", true, true),
             "NoSandboxImage"
         );
         assert_eq!(
-            event_reason(Some(Unprepared), "MissingLibraries", false, true),
+            event_reason(Unprepared, "MissingLibraries", false, true),
             "InstallFailed"
         );
     }

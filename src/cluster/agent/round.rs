@@ -171,7 +171,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         work: &[String],
         gate: &impl Gate,
         current: &mut KubeNode,
-    ) -> anyhow::Result<crate::txn::Report> {
+    ) -> Result<crate::txn::Report, crate::txn::TxnError> {
         let announce = if work.is_empty() {
             None
         } else {
