@@ -29,6 +29,22 @@ pub fn event_note(s: &str) -> String {
     clip(s, EVENT_NOTE_MAX_BYTES)
 }
 
+/// An error and its sources on one line, `a: b: c` (libraries such as tonic and reqwest keep
+/// the cause in a source); a source whose text the line already holds is not repeated.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = s.source();
+    }
+    out
+}
+
 /// The first `n` characters of `s` (a digest's short form, a preview).
 pub fn prefix_chars(s: &str, n: usize) -> String {
     s.chars().take(n).collect()

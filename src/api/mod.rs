@@ -6,6 +6,7 @@ pub mod extension;
 pub mod lease;
 pub mod load;
 pub mod manifests;
+pub mod names;
 pub mod policies;
 pub mod rbac;
 pub mod runtime_class;

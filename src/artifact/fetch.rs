@@ -14,6 +14,7 @@ use futures_util::StreamExt;
 use super::pipeline::{Download, PipelineCtx, verify_and_unpack};
 use super::source::{ArtifactSource, FetchSpec, Platform, ResolvedSource, parse_sha256};
 use super::{ArtifactError, ContainerdVersion, Store, StoredArtifact, error, node_platform};
+use crate::text::error_chain;
 
 /// Size caps and timeouts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -515,21 +516,6 @@ fn map_reqwest(url: &str, e: &reqwest::Error) -> ArtifactError {
             detail,
         }
     }
-}
-
-/// An error and its sources on one line.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let s_text = s.to_string();
-        if !out.contains(&s_text) {
-            out.push_str(": ");
-            out.push_str(&s_text);
-        }
-        cur = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -13,10 +13,10 @@ use oci_client::manifest::{ImageIndexEntry, OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
-use super::fetch::error_chain;
 use super::pipeline::{Download, PipelineCtx, verify_and_unpack};
 use super::source::{OciAuth, OciSource, parse_sha256};
 use super::{ArtifactError, Fetcher, Store, StoredArtifact};
+use crate::text::error_chain;
 
 /// The annotation that carries a layer's file name (ORAS sets it).
 const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";

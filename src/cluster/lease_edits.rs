@@ -7,13 +7,13 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::{Resource, ResourceExt};
 
-use super::names::NAMESPACE;
 use super::slots::{
     Closed, Failure, SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL,
     SLOT_RESERVED_LABEL, SLOT_SHIM_LABEL, slot_name,
 };
 use crate::api::Shim;
 use crate::api::lease::{SLOT_TARGETED, ShimLease, ShimLeaseSpec};
+use crate::api::names::NAMESPACE;
 
 /// A new slot `index` of `shim`: labelled with its Shim, owned by it (deleted with it),
 /// closed with `closed` when set, stamped with `count` and with the `targeted` nodes.

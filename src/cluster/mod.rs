@@ -23,7 +23,6 @@ pub mod api_answer;
 pub mod connect;
 pub mod coordinator;
 pub mod lease_edits;
-pub mod names;
 pub mod nodestate;
 pub mod readiness;
 pub mod reservation_hints;
@@ -34,7 +33,7 @@ pub mod target;
 pub mod transport;
 pub mod watch;
 
-pub use names::{
+pub use crate::api::names::{
     CONTROL_PLANE_LABEL, COORDINATOR_LEASE, FIELD_MANAGER, FINALIZER, GROUP, MANAGED_BY_LABEL,
     NAMESPACE, STATE_ANNOTATION, node_label,
 };

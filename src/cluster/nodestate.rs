@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::names::{GROUP, STATE_ANNOTATION, node_label};
 use super::target::{Inputs, NodePlan, wanted_from_cluster};
+use crate::api::names::{GROUP, STATE_ANNOTATION, node_label};
 use crate::state::ShimState;
 
 /// Where one Shim stands on one node.

@@ -5,8 +5,8 @@
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
 
-use super::names::GROUP;
 use super::nodestate::{NodePhase, NodeStates};
+use crate::api::names::GROUP;
 use crate::text::{MESSAGE_MAX_BYTES, clip};
 
 /// The Node condition type.

@@ -17,8 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::names::CONTROL_PLANE_LABEL;
 use crate::api::Shim;
+use crate::api::names::CONTROL_PLANE_LABEL;
 use crate::state::{NodeState, Origin, ShimState};
 use crate::txn::Change;
 

@@ -19,6 +19,7 @@ use super::record::{StatusRecorder, entry};
 use super::wire::{MAX_BODY, Request, clip, parse_response};
 use crate::api::Shim;
 use crate::api::extension::{ClientConfig, HookName, HookSpec, ServiceRef, ShimExtension};
+use crate::text::error_chain;
 
 /// How long a round waits for the first list of ShimExtensions before it refuses a restart
 /// (an extension might be there to stop it).
@@ -191,7 +192,7 @@ impl Hooks {
             .json(req)
             .send()
             .await
-            .map_err(|e| format!("POST {url}: {}", chain(&e)))?;
+            .map_err(|e| format!("POST {url}: {}", error_chain(&e)))?;
         let status = resp.status();
         let body = read_limited(resp).await?;
         if !status.is_success() {
@@ -226,7 +227,7 @@ impl Hooks {
             .user_agent(concat!("shim-agent/", env!("CARGO_PKG_VERSION")));
         if let Some(pem) = &cc.ca_bundle {
             let certs = reqwest::Certificate::from_pem_bundle(&pem.0)
-                .map_err(|e| format!("caBundle: {}", chain(&e)))?;
+                .map_err(|e| format!("caBundle: {}", error_chain(&e)))?;
             if certs.is_empty() {
                 return Err("caBundle holds no PEM certificate".into());
             }
@@ -237,7 +238,7 @@ impl Hooks {
         }
         let c = b
             .build()
-            .map_err(|e| format!("HTTPS client: {}", chain(&e)))?;
+            .map_err(|e| format!("HTTPS client: {}", error_chain(&e)))?;
         if let Ok(mut m) = self.http.lock() {
             // one entry per extension: drop clients of its older versions
             let prefix = format!("{}/", ext.name_any());
@@ -306,7 +307,7 @@ async fn read_limited(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| format!("reading the response: {}", chain(&e)))?
+        .map_err(|e| format!("reading the response: {}", error_chain(&e)))?
     {
         if body.len() + chunk.len() > MAX_BODY {
             return Err(format!("response larger than {MAX_BODY} bytes"));
@@ -314,15 +315,4 @@ async fn read_limited(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
         body.extend_from_slice(&chunk);
     }
     Ok(body)
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
 }

@@ -12,6 +12,7 @@ use super::decide::Verdict;
 use super::wire::{ChangeKind, Request, ShimChange};
 use crate::api::Shim;
 use crate::api::extension::HookName;
+use crate::api::names::{condition, reason};
 
 /// How long a generation may stay [`Hold::Asking`] before it is asked again (a lost task):
 /// the wait for the extensions' cache and one call, each at most 30 s, and some slack.
@@ -60,9 +61,9 @@ pub fn persisted(shim: &Shim) -> Option<Hold> {
         .iter()
         .flatten()
         .find(|c| {
-            c.type_ == "RolloutHalted"
+            c.type_ == condition::ROLLOUT_HALTED
                 && c.status == "True"
-                && c.reason.as_deref() == Some("ExtensionRefused")
+                && c.reason.as_deref() == Some(reason::EXTENSION_REFUSED)
         })
         .map(|c| Hold::Refused(c.message.clone().unwrap_or_default()))
 }

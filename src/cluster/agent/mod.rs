@@ -24,7 +24,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
-use super::names::FIELD_MANAGER;
+use crate::api::names::FIELD_MANAGER;
 use crate::state::{NodeState, StateStore};
 use crate::statics::Adoption;
 use crate::txn::retain::RETAIN_CHECK_SECS;

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::Agent;
 use super::round::RoundView;
 use crate::api::Shim;
-use crate::cluster::names::{FIELD_MANAGER, STATE_ANNOTATION, node_label};
+use crate::api::names::{FIELD_MANAGER, STATE_ANNOTATION, node_label};
 use crate::cluster::nodestate::{self, NodeStates};
 use crate::cluster::readiness::{self, STARTUP_TAINT_ANNOTATION, StartupTaint};
 use crate::cluster::target::{self, Inputs, NodePlan};
@@ -66,15 +66,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         plan: &NodePlan,
     ) -> (Vec<String>, BTreeSet<String>, NodeStates) {
         let labels_now = current.labels().clone();
-        let inputs = Inputs {
-            node_labels: &labels_now,
-            cluster: view.cluster,
-            statics: view.statics,
-            statics_ok: view.statics_ok,
-            state,
-            pods: view.pods,
-            held: view.held,
-        };
+        let inputs = view.inputs(&labels_now, state);
         let notes = self.memory.notes();
         let previous = nodestate::parse_states(current.metadata.annotations.as_ref());
         let now = k8s_openapi::jiff::Timestamp::now().to_string();

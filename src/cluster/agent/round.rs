@@ -31,6 +31,26 @@ pub(super) struct RoundView<'r> {
     pub(super) specs: tokio::sync::watch::Receiver<u64>,
 }
 
+impl<'r> RoundView<'r> {
+    /// What the planner reads for this node: the round's Shims, pods and held-back Shims,
+    /// with the Node's labels and the node's state.
+    pub(super) fn inputs(
+        &self,
+        node_labels: &'r std::collections::BTreeMap<String, String>,
+        state: &'r NodeState,
+    ) -> Inputs<'r> {
+        Inputs {
+            node_labels,
+            cluster: self.cluster,
+            statics: self.statics,
+            statics_ok: self.statics_ok,
+            state,
+            pods: self.pods,
+            held: self.held,
+        }
+    }
+}
+
 /// The first pause before an announcement that failed is tried again, and the longest.
 const ANNOUNCE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(250);
 const ANNOUNCE_RETRY_MOST: std::time::Duration = std::time::Duration::from_secs(8);
@@ -123,16 +143,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         labels: &std::collections::BTreeMap<String, String>,
         state: &NodeState,
     ) -> NodePlan {
-        let inputs = Inputs {
-            node_labels: labels,
-            cluster: view.cluster,
-            statics: view.statics,
-            statics_ok: view.statics_ok,
-            state,
-            pods: view.pods,
-            held: view.held,
-        };
-        let mut plan = target::plan_node(&inputs);
+        let mut plan = target::plan_node(&view.inputs(labels, state));
         let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
         self.memory.restrict_to_solo(&mut plan, &work);
         plan

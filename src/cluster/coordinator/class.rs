@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use crate::api::Shim;
-use crate::cluster::names::{FIELD_MANAGER, MANAGED_BY_LABEL, node_label};
+use crate::api::names::{FIELD_MANAGER, MANAGED_BY_LABEL, node_label};
 
 /// The RuntimeClass a Shim wants: its handler; scheduled onto nodes with its label (and the
 /// Shim's own nodeSelector terms), with its tolerations and overhead; its labels beside

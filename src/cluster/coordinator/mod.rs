@@ -2,8 +2,9 @@
 //! cluster-wide work for every Shim (docs/design.md §6):
 //! - adds the [`FINALIZER`];
 //! - server-side-applies the RuntimeClass (handler, and `scheduling.nodeSelector` on the
-//!   node label) once a node serves the handler; a RuntimeClass of that name that the Shim
-//!   does not own is left alone and reported (`RuntimeClassConflict`);
+//!   node label) as soon as the Shim exists: a pod of it waits Pending, where an autoscaler
+//!   sees it, until a node serves the handler and carries the label; a RuntimeClass of that
+//!   name that the Shim does not own is left alone and reported (`RuntimeClassConflict`);
 //! - writes `status` from the Nodes' labels and annotations, only when it changed and at
 //!   most once per `status_interval` per Shim;
 //! - on delete, removes the RuntimeClass, then the finalizer once no node carries the
@@ -24,12 +25,12 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
-use super::names::{COORDINATOR_LEASE, FIELD_MANAGER, NAMESPACE};
 use super::nodestate::parse_states;
 use super::readiness;
 use super::reservations::Reservations;
 use super::slots::SLOT_SHIM_LABEL;
 use super::watch::{Tasks, spawn_reflector};
+use crate::api::names::{COORDINATOR_LEASE, FIELD_MANAGER, NAMESPACE};
 use election::{LeaseLock, Timings, lead};
 use shim_writes::ShimWriter;
 use slot_writes::Rollout;

@@ -1,9 +1,10 @@
 //! The coordinator's decision for one Shim, pure (docs/design.md §6): from the Shim, the Nodes'
 //! reports, its RuntimeClass as it is, the rollout hold and the clock, what to write
-//! ([`ShimActions`]). The executor (`coordinator::execute`) only carries it out.
+//! ([`ShimActions`]). The executor ([`super::shim_writes`]) only carries it out.
 //!
 //! Two paths, as kube's finalizer helper has them: **apply** (the Shim lives: the finalizer
-//! in, the RuntimeClass applied once a node serves the handler, status) and **cleanup** (the
+//! in, the RuntimeClass applied as soon as the Shim exists, its nodeSelector on the Shim's
+//! node label keeping pods away until a node serves the handler, status) and **cleanup** (the
 //! Shim is being deleted: the RuntimeClass it owns deleted, status, and the finalizer out once
 //! every node is clean and the RuntimeClass gone).
 
@@ -16,8 +17,8 @@ use tokio::time::Instant;
 
 use super::class::{runtime_class, same_class};
 use super::status::{NodeView, compute_status, with_hold};
+use crate::api::names::{FINALIZER, node_label};
 use crate::api::{Shim, ShimStatus};
-use crate::cluster::names::{FINALIZER, node_label};
 use crate::hooks::hold::Hold;
 
 /// What the coordinator knows when it decides about one Shim.

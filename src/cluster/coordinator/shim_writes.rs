@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::error::CoordinatorError;
 use super::plan;
 use crate::api::Shim;
-use crate::cluster::names::{FIELD_MANAGER, FINALIZER};
+use crate::api::names::{FIELD_MANAGER, FINALIZER};
 
 /// Makes the Shims' writes; cloned into each Shim's task.
 #[derive(Clone)]

@@ -19,9 +19,9 @@ use super::slot_plan::{SlotAction, plan_slots, plan_stamps};
 use super::status::{NodeView, with_rollout};
 use super::written::Written;
 use crate::api::lease::ShimLease;
+use crate::api::names::NAMESPACE;
 use crate::api::{Shim, ShimStatus};
 use crate::cluster::lease_edits;
-use crate::cluster::names::NAMESPACE;
 use crate::cluster::nodestate::NodePhase;
 use crate::cluster::reservations::{
     Reservations, Waiter, few_rivals, plan_reservations, slots_have_few_rivals,

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::api::names::{condition, node_label, reason};
 use crate::api::{Condition, NodeCounts, RolloutStatus, Shim, ShimStatus};
-use crate::cluster::names::node_label;
 use crate::cluster::nodestate::{NodePhase, NodeStates};
 use crate::cluster::slots::{Limits, RESUME_ANNOTATION, Slot};
 use crate::cluster::target::targets;
@@ -135,26 +135,31 @@ fn ready(
 ) -> Condition {
     if deleting {
         cond_false(
-            "Ready",
+            condition::READY,
             "Info",
             "Deleting",
             "the Shim is being removed from its nodes".into(),
         )
     } else if let Some((reason, msg)) = rc_problem {
-        cond_false("Ready", "Error", reason, msg)
+        cond_false(condition::READY, "Error", reason, msg)
     } else if counts.targeted == 0 {
         cond_false(
-            "Ready",
+            condition::READY,
             "Warning",
             "NoTargetedNodes",
             "spec.nodeSelector matches no node (without a selector: every node that is not a control plane)".into(),
         )
     } else if counts.installed == counts.targeted && counts.failed == 0 {
-        cond_true("Ready", "AllNodesReady", progress.to_string())
+        cond_true(condition::READY, "AllNodesReady", progress.to_string())
     } else if counts.failed > 0 {
-        cond_false("Ready", "Error", "NodesFailed", progress.to_string())
+        cond_false(
+            condition::READY,
+            "Error",
+            "NodesFailed",
+            progress.to_string(),
+        )
     } else {
-        cond_false("Ready", "Info", "RollingOut", progress.to_string())
+        cond_false(condition::READY, "Info", "RollingOut", progress.to_string())
     }
 }
 
@@ -163,7 +168,12 @@ fn progressing(t: &Tally<'_>, deleting: bool, progress: &str) -> Condition {
     let c = &t.counts;
     let busy = c.updating > 0 || (!deleting && c.installed + c.failed < c.targeted);
     if !busy {
-        return cond_false("Progressing", "Info", "Complete", progress.to_string());
+        return cond_false(
+            condition::PROGRESSING,
+            "Info",
+            "Complete",
+            progress.to_string(),
+        );
     }
     let msg = if t.blocked.is_empty() {
         progress.to_string()
@@ -173,13 +183,18 @@ fn progressing(t: &Tally<'_>, deleting: bool, progress: &str) -> Condition {
             list(&t.blocked)
         )
     };
-    cond_true("Progressing", "RollingOut", msg)
+    cond_true(condition::PROGRESSING, "RollingOut", msg)
 }
 
 /// `Degraded`: some node failed at the current generation (the first few named).
 fn degraded(failures: &[(&str, &str, &str)]) -> Condition {
     let Some((_, reason, _)) = failures.first() else {
-        return cond_false("Degraded", "Info", "NoFailures", "no node failed".into());
+        return cond_false(
+            condition::DEGRADED,
+            "Info",
+            "NoFailures",
+            "no node failed".into(),
+        );
     };
     let detail: Vec<String> = failures
         .iter()
@@ -192,7 +207,11 @@ fn degraded(failures: &[(&str, &str, &str)]) -> Condition {
     } else {
         String::new()
     };
-    let mut c = cond_true("Degraded", reason, format!("{}{tail}", detail.join("; ")));
+    let mut c = cond_true(
+        condition::DEGRADED,
+        reason,
+        format!("{}{tail}", detail.join("; ")),
+    );
     c.severity = Some("Error".into());
     c
 }
@@ -233,7 +252,7 @@ pub fn with_rollout(
     });
     let mut c = if halted {
         let mut c = cond_true(
-            "RolloutHalted",
+            condition::ROLLOUT_HALTED,
             "TooManyFailures",
             format!(
                 "{} failed node(s) exceed maxFailures {} ({}); no node takes a new slot; a new generation or the annotation {RESUME_ANNOTATION} resumes",
@@ -246,7 +265,7 @@ pub fn with_rollout(
         c
     } else {
         cond_false(
-            "RolloutHalted",
+            condition::ROLLOUT_HALTED,
             "Info",
             "WithinFailureBudget",
             format!(
@@ -337,7 +356,7 @@ pub fn with_hold(
         Hold::Deferred(_, m) | Hold::Asking(_, Some(m)) => set(
             conds,
             cond(
-                "RolloutDeferred",
+                condition::ROLLOUT_DEFERRED,
                 "True",
                 "ExtensionDeferred",
                 format!("a BeforeRollout extension defers the rollout: {m}"),
@@ -347,7 +366,7 @@ pub fn with_hold(
         Hold::Asking(_, None) => {
             if let Some(c) = previous
                 .and_then(|p| p.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == "RolloutDeferred"))
+                .and_then(|cs| cs.iter().find(|c| c.type_ == condition::ROLLOUT_DEFERRED))
             {
                 conds.retain(|x| x.type_ != c.type_);
                 conds.push(c.clone());
@@ -356,12 +375,12 @@ pub fn with_hold(
         // shown False once it was True; never added to a Shim no extension deferred
         _ if previous
             .and_then(|p| p.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "RolloutDeferred")) =>
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == condition::ROLLOUT_DEFERRED)) =>
         {
             set(
                 conds,
                 cond(
-                    "RolloutDeferred",
+                    condition::ROLLOUT_DEFERRED,
                     "False",
                     "NotDeferred",
                     "no extension defers the rollout".into(),
@@ -373,7 +392,12 @@ pub fn with_hold(
     status.refused_generation = previous.and_then(|p| p.refused_generation);
     if let Hold::Refused(m) = hold {
         status.refused_generation = Some(generation);
-        let mut c = cond("RolloutHalted", "True", "ExtensionRefused", m.clone());
+        let mut c = cond(
+            condition::ROLLOUT_HALTED,
+            "True",
+            reason::EXTENSION_REFUSED,
+            m.clone(),
+        );
         c.severity = Some("Error".into());
         set(conds, c);
         if let Some(r) = status.rollout.as_mut() {

@@ -25,6 +25,7 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{CriStatus, NodeError, RuntimeHealth};
+use crate::text::error_chain;
 
 pub mod containers;
 pub mod proto;
@@ -461,16 +462,4 @@ fn image_spec(image: &str) -> containers::ImageSpec {
     containers::ImageSpec {
         image: image.to_string(),
     }
-}
-
-/// An error and its sources on one line (tonic's transport errors hide the cause).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

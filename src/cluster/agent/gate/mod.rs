@@ -33,10 +33,10 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::lease::ShimLease;
+use crate::api::names::NAMESPACE;
 use crate::api::{RolloutType, Shim};
 use crate::cluster::api_answer::ApiAnswer;
 use crate::cluster::lease_edits;
-use crate::cluster::names::NAMESPACE;
 use crate::cluster::slots::{
     Claim, Closed, Failure, SLOT_FAILED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL, candidates, claim,
     resume_token, slot_of,
