@@ -20,17 +20,17 @@
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use crate::api::Shim;
-use crate::retry::Retries;
+use crate::reconciler::crash;
+use crate::reconciler::judge::{Context, Verdict};
+use crate::reconciler::memory::{Memory, Wanted};
 use crate::state::{NodeState, StateStore};
 use crate::statics::{
     Adoption, FILE_SETTLE_MILLIS, read_static_shims, static_changes, watch, watched_paths,
 };
-use crate::txn::{HealthCheck, Node, Restarter};
-
-/// The spec key of a static Shim being removed.
-const UNINSTALL_KEY: &str = "uninstall";
+use crate::txn::classify::change_name;
+use crate::txn::{HealthCheck, Node, Report, Restarter, TxnError};
 
 /// Full re-check even without file events.
 pub const RESYNC_INTERVAL_SECS: u64 = 300;
@@ -41,86 +41,81 @@ pub async fn reconcile_once<R: Restarter, H: HealthCheck>(
     store: &StateStore,
     state: &mut NodeState,
 ) -> anyhow::Result<u32> {
-    reconcile(node, store, state, &mut Retries::default()).await
+    reconcile(node, store, state, &mut Memory::default()).await
 }
 
-/// [`reconcile_once`] that remembers failures across rounds: a Shim that failed waits its
-/// backoff (its change is left out of the round), and one the agent crashed on twice is set
-/// aside until its spec changes ([`crate::crashes`]).
+/// [`reconcile_once`] with the node's memory between rounds ([`crate::reconciler`], the same
+/// as the cluster agent's): a Shim that failed waits its backoff (its change is left out of
+/// the round), a batch that failed without naming its culprit runs one Shim at a time, and
+/// one the agent crashed on twice is set aside until its spec changes.
 pub async fn reconcile<R: Restarter, H: HealthCheck>(
     node: &Node<'_, R, H>,
     store: &StateStore,
     state: &mut NodeState,
-    retries: &mut Retries,
+    memory: &mut Memory,
 ) -> anyhow::Result<u32> {
     let dir = node.root.resolve(&node.settings.paths.static_shims_dir)?;
     let (desired, errors) = read_static_shims(&dir);
     for e in &errors {
         tracing::error!("ignoring a static Shim file until it is fixed: {e}");
     }
-    let key_of = |name: &str| {
-        Some(
-            desired
-                .iter()
-                .find(|s| s.name() == name)
-                .map_or_else(|| UNINSTALL_KEY.to_string(), Shim::spec_hash),
-        )
-    };
-    let mut held = retries.held(tokio::time::Instant::now(), key_of);
-    if crate::crashes::forget_stale(state, key_of) {
-        store.save(state)?;
+    let wanted = Wanted::new(&[], &desired);
+    memory.forget_stale(&wanted);
+    memory.expire(Instant::now());
+    let mut held = memory.held(Instant::now());
+    let aside = memory.set_aside_crashed(store, state, &wanted);
+    for s in &aside.new {
+        let (name, reason) = (&s.name, crate::crashes::REASON);
+        tracing::error!(shim = %name, %reason, "{name}: {}", s.note.message);
     }
-    for name in crate::crashes::set_aside(state, key_of) {
-        if let Some(rec) = state.crashes.get(&name) {
-            tracing::error!(shim = %name, reason = crate::crashes::REASON, "{name}: {}", crate::crashes::message(rec));
-        }
-        held.insert(name);
-    }
+    held.extend(aside.names);
     let mut changes = static_changes(&desired, state, !errors.is_empty());
-    changes.retain(|c| !held.contains(crate::txn::classify::change_name(c)));
-    let work = crate::txn::real_work(&changes, state, &node.host_facts(state));
-    let keys = work
-        .iter()
-        .filter_map(|n| Some((n.clone(), key_of(n)?)))
-        .collect();
-    if crate::crashes::begin(state, keys, crate::txn::record::now_secs()) {
-        store.save(state)?;
-    }
-    for name in &work {
-        failpoint(&format!("round::{name}"));
-    }
-    let result = node.apply_with(store, state, changes).await;
-    let mut ended = crate::crashes::end(state);
-    for name in &work {
-        ended |= crate::crashes::forget(state, name);
-    }
-    if ended {
-        store.save(state)?;
-    }
-    match result {
-        Ok(report) => {
-            for n in report.installed.iter().chain(&report.removed) {
-                retries.succeeded(n);
-            }
-            if !report.installed.is_empty() || !report.removed.is_empty() {
-                tracing::info!(installed = ?report.installed, removed = ?report.removed, restarts = report.restarts, "node reconciled");
-            }
-            Ok(report.restarts)
-        }
-        Err(e) => {
-            let reason = e.reason();
-            for name in &work {
-                let key = key_of(name).unwrap_or_default();
-                let pause = retries.failed(name, &key, reason, tokio::time::Instant::now());
-                tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed ({reason}), retrying in {} s: {e}", pause.as_secs());
-            }
-            Err(e.into())
-        }
-    }
+    changes.retain(|c| !held.contains(change_name(c)));
+    let facts = node.host_facts(state);
+    let work = crate::txn::real_work(&changes, state, &facts);
+    memory.restrict_to_solo(&mut changes, &work);
+    let work = crate::txn::real_work(&changes, state, &facts);
+    let outcome = match crash::begin_work(store, state, &work, &wanted) {
+        Ok(()) => node.apply_with(store, state, changes).await,
+        Err(e) => Err(e),
+    };
+    let cx = Context {
+        stopping: false,
+        node: "",
+        now: Instant::now(),
+    };
+    report(&memory.conclude(&outcome, &work, &wanted, cx), &outcome);
+    crash::end_work(store, state, &work);
+    Ok(outcome?.restarts)
 }
 
-fn failpoint(_name: &str) {
-    fail::fail_point!(_name);
+/// The journal's account of a round's verdict.
+fn report(verdict: &Verdict, outcome: &Result<Report, TxnError>) {
+    let (report, e) = match outcome {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, Some(e)),
+    };
+    let message = e.map(|e| e.message.as_str()).unwrap_or_default();
+    match verdict {
+        Verdict::Succeeded => {
+            if let Some(r) = report.filter(|r| !r.installed.is_empty() || !r.removed.is_empty()) {
+                tracing::info!(installed = ?r.installed, removed = ?r.removed, restarts = r.restarts, "node reconciled");
+            }
+        }
+        Verdict::Failed(failed) => {
+            let reason = e.map(|e| e.reason()).unwrap_or_default();
+            for (name, pause) in failed {
+                let secs = pause.as_secs();
+                tracing::error!(shim = %name, %reason, retry_in_secs = secs, "{name}: change failed ({reason}), retrying in {secs} s: {message}");
+            }
+        }
+        Verdict::RunAlone(_) => {
+            tracing::warn!("a batch of changes failed; trying each alone: {message}")
+        }
+        Verdict::Wait { .. } | Verdict::Replan | Verdict::Stopping => {
+            tracing::info!("no change was tried: {message}")
+        }
+    }
 }
 
 /// Run rounds until `shutdown` fires.
@@ -129,9 +124,9 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let (store, mut state) = node.open_serving().await?;
-    let crashed = crate::crashes::count(&mut state, crate::txn::record::now_secs());
+    let mut memory = Memory::default();
+    let crashed = memory.count_crashes(&store, &mut state);
     if !crashed.is_empty() {
-        store.save(&state)?;
         tracing::error!(shims = ?crashed, "the agent stopped during a round working on {}: counted as a crash of each", crashed.join(", "));
     }
     let mut adoption = Adoption::default();
@@ -141,42 +136,29 @@ pub async fn run<R: Restarter, H: HealthCheck>(
     let (tx, mut events) = mpsc::channel::<()>(16);
     let _watcher = watch(&watched_paths(node), tx)?;
     crate::telemetry::ready();
-    let mut retries = Retries::default();
     loop {
         adoption
             .run_if_due(&node.health, &store, &mut state)
             .await?;
-        let failing = match reconcile(node, &store, &mut state, &mut retries).await {
-            Ok(_) => Vec::new(),
-            Err(e) => {
-                tracing::error!("reconcile failed; retrying on the next change: {e:#}");
-                vec!["static Shims (see the log)".to_string()]
-            }
-        };
-        crate::telemetry::settled(state.shims.len(), failing);
+        if let Err(e) = reconcile(node, &store, &mut state, &mut memory).await {
+            tracing::debug!("the round failed (reported above): {e:#}");
+        }
+        crate::telemetry::settled(state.shims.len(), memory.failing());
         if let Err(e) = node.collect_retained(&store, &mut state) {
             tracing::warn!("cannot collect replaced shim versions yet: {e:#}");
         }
+        if memory.wants_rerun() && memory.take_rerun() {
+            continue; // a change failed or a batch was split: the others go on at once
+        }
         // while versions are retained, or a Shim waits its backoff, look again sooner than
         // the full re-check
-        let next_retry = retries
-            .failing()
-            .values()
-            .map(|f| {
-                f.retry_at
-                    .saturating_duration_since(tokio::time::Instant::now())
-            })
-            .min();
         let mut next = Duration::from_secs(if state.retained.is_empty() {
             RESYNC_INTERVAL_SECS
         } else {
             crate::txn::retain::RETAIN_CHECK_SECS
         });
-        if let Some(r) = next_retry {
-            next = next.min(r.max(Duration::from_millis(FILE_SETTLE_MILLIS)));
-        }
-        if let Some(a) = adoption.next_due() {
-            let left = a.saturating_duration_since(tokio::time::Instant::now());
+        for due in memory.next_due(None).into_iter().chain(adoption.next_due()) {
+            let left = due.saturating_duration_since(Instant::now());
             next = next.min(left.max(Duration::from_millis(FILE_SETTLE_MILLIS)));
         }
         tokio::select! {

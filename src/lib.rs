@@ -9,12 +9,14 @@
 //! - [`node`]: the real edges of a node transaction: systemd over D-Bus, containerd's CRI;
 //! - [`txn`]: the one transaction engine, for a live node and an image root;
 //! - [`statics`]: static Shims, adoption and file watching (both run modes);
-//!   [`daemon`]: `run` without a cluster;
+//!   [`reconciler`]: the node reconciler's memory, judgement and crash isolation (both run
+//!   modes); [`daemon`]: `run` without a cluster;
 //! - [`cluster`]: the Kubernetes daemon; [`cli`]: what the commands do;
 //! - [`telemetry`]: journal message ids, metrics and the status line the core records;
 //!   [`service`]: the systemd service around `run` (notify, signals, reload, logs, metrics);
 //! - [`text`]: untrusted text clipped on character boundaries; [`events`]: Kubernetes Events;
-//!   [`crashes`]: a Shim the agent keeps crashing on is set aside.
+//!   [`crashes`]: a Shim the agent keeps crashing on is set aside; [`faults`]: fault
+//!   injection points for the tests.
 
 // Any byte offset into untrusted text may fall inside a character (src/text.rs).
 #![deny(clippy::string_slice)]
@@ -27,11 +29,13 @@ pub mod containerd;
 pub mod crashes;
 pub mod daemon;
 pub mod events;
+pub mod faults;
 pub mod fsutil;
 pub mod hooks;
 pub mod hostroot;
 pub mod node;
 pub mod profile;
+pub mod reconciler;
 pub mod retry;
 pub mod service;
 pub mod settings;

@@ -22,6 +22,7 @@ pub mod configure;
 mod elf;
 mod error;
 mod fetch;
+mod fetcher;
 mod format;
 mod links;
 mod oci;
@@ -37,7 +38,7 @@ pub mod unpack;
 pub use builds::{ContainerdRange, ContainerdVersion, VersionError};
 pub use elf::{check_elf, machine_for_arch};
 pub use error::ArtifactError;
-pub use fetch::{Fetcher, Limits, RetryPolicy};
+pub use fetcher::{Fetcher, Limits, RetryPolicy};
 pub use links::{LinkReport, ResolvedLibrary, check_links};
 pub use place::{PlacedBinary, SHIMS_DIR, find_shim_binary, is_shim_name, place_binary};
 pub use source::{

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::target::{Inputs, NodePlan, wanted_from_cluster};
 use crate::api::names::{GROUP, STATE_ANNOTATION, node_label};
+use crate::reconciler::memory::FailureNote;
 use crate::state::ShimState;
 
 /// Where one Shim stands on one node.
@@ -75,15 +76,6 @@ pub struct RetainedNote {
 
 /// The annotation's value: Shim name → state.
 pub type NodeStates = BTreeMap<String, ShimNodeState>;
-
-/// A failed attempt the agent remembers (and backs off on).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailureNote {
-    pub reason: String,
-    pub message: String,
-    /// The Shim generation that failed.
-    pub generation: Option<i64>,
-}
 
 /// Read the annotation (absent or unreadable: empty; a foreign edit is simply replaced).
 /// Entries are read one by one: an entry this build cannot read (a newer agent's phase) is

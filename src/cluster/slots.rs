@@ -26,10 +26,10 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::api::lease::ShimLease;
 use crate::api::{RolloutType, Shim};
+use crate::retry::{draw, spread};
 
 pub use crate::api::lease::{
     SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_RESERVED_LABEL,
@@ -264,23 +264,13 @@ pub fn halted(slots: &[Slot], limits: Limits, generation: i64, resume: &str) -> 
     counted_failures(slots, generation, resume).count() as u32 > limits.max_failures
 }
 
-fn hash(parts: &[&str]) -> u64 {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0]);
-    }
-    let d = h.finalize();
-    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
-}
-
 /// The slots a waiting node watches: the `k` highest by rendezvous hash of (node UID, Shim,
 /// index) among `0..n` not in `skip` (slots held by failed nodes never come free by
 /// themselves). Different nodes spread over different slots; a change of N moves few.
 pub fn candidates(node_uid: &str, shim: &str, n: u32, k: usize, skip: &BTreeSet<u32>) -> Vec<u32> {
     let mut scored: Vec<(u64, u32)> = (0..n)
         .filter(|i| !skip.contains(i))
-        .map(|i| (hash(&[node_uid, shim, &i.to_string()]), i))
+        .map(|i| (draw(&[node_uid, shim, &i.to_string()]), i))
         .collect();
     scored.sort_unstable_by(|a, b| b.cmp(a));
     scored.into_iter().take(k).map(|(_, i)| i).collect()
@@ -292,8 +282,7 @@ pub fn candidates(node_uid: &str, shim: &str, n: u32, k: usize, skip: &BTreeSet<
 /// fixed per node made the nodes with the longest delays wait last, and the hand-offs slow
 /// down as a rollout went on (the first claim came after half the window at mid-rollout).
 pub fn claim_delay(node_uid: &str, shim: &str, seen: &str, max: Duration) -> Duration {
-    let us = max.as_micros().max(1) as u64;
-    Duration::from_micros(hash(&[node_uid, shim, seen, "delay"]) % us)
+    spread(&[node_uid, shim, seen, "delay"], max)
 }
 
 /// What a node does with the slots of a Shim it needs one of.

@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::engine::Node;
 use super::files::gc_artifact;
+use super::host::Node;
 use super::ports::{HealthCheck, Restarter};
 use super::record::now_secs;
 use super::retain::{dir_of, judge, retire};

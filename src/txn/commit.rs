@@ -2,9 +2,8 @@
 //! files it wrote), the versions it replaced retired until no task runs them (`retain`), and
 //! the journal closed.
 
-use super::engine::Node;
-use super::engine::Report;
 use super::files::backups_dir;
+use super::host::{Node, Report};
 use super::machine::Event;
 use super::notices;
 use super::ports::{HealthCheck, Restarter};

@@ -4,8 +4,10 @@
 //! - [`machine`]: the pure core (phases, transitions, recovery decisions);
 //! - [`classify`]: the pure answer to "does this change do real work?";
 //! - [`error`]: the typed outcome of a failed transaction;
+//! - `host`: what a transaction runs on ([`Node`]) and the journal's one way forward;
 //! - [`engine`]: the shell that performs each step ([`Node::apply`]); `commit`: its end;
-//! - [`recovery`]: interrupted transactions finished or undone, failed ones rolled back;
+//! - [`recovery`]: interrupted transactions finished or undone; `rollback`: failed ones
+//!   rolled back;
 //! - [`ports`]: the restart and health ports, and the image root's own ([`NoRestart`],
 //!   [`DeferredVerification`]); [`real`]: systemd over D-Bus and containerd's CRI;
 //! - [`prepare`]: fetch, preflight and plan before the host changes, write the files after;
@@ -23,6 +25,7 @@ mod commit;
 pub mod engine;
 pub mod error;
 pub mod files;
+mod host;
 pub mod machine;
 mod notices;
 pub mod ports;
@@ -34,12 +37,13 @@ pub mod record;
 pub mod recovery;
 mod restart;
 pub mod retain;
+mod rollback;
 
 pub use classify::{
     Change, HostFacts, Work, classify, handler_in_use_message, handler_owner, real_work,
 };
-pub use engine::{Node, Report};
 pub use error::{TxnError, TxnReason};
+pub use host::{Node, Report};
 pub use ports::{
     DeferredVerification, Gate, HealthCheck, NoRestart, ReleaseLater, Restarter, Ungated,
 };

@@ -11,8 +11,8 @@ use anyhow::Context;
 
 use futures_util::future::join_all;
 
-use super::engine::Node;
 use super::error::TxnError;
+use super::host::Node;
 use super::ports::{HealthCheck, Restarter};
 use crate::api::Shim;
 use crate::artifact;

@@ -6,9 +6,9 @@
 use anyhow::Context;
 
 use super::batch;
-use super::engine::{Node, Prepared, failpoint};
 use super::error::TxnError;
 use super::files::Undo;
+use super::host::{Node, Prepared, failpoint};
 use super::ports::{HealthCheck, Restarter};
 use super::preflight::check_record;
 use super::record::{now_secs, runtime_spec};

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::engine::Node;
 use super::error::{StepError, TxnError, TxnReason};
+use super::host::Node;
 use super::machine::Event;
 use super::ports::{HealthCheck, Restarter};
 use crate::node::check::{CheckReport, ContainerCheck, HandlerCheck};

@@ -2,8 +2,8 @@
 //! config changed (nothing restarts otherwise), then asked through CRI whether it serves every
 //! new handler and none of the removed ones.
 
-use super::engine::{Node, Report, Steps};
 use super::error::StepError;
+use super::host::{Node, Report, Steps};
 use super::machine::Event;
 use super::notices;
 use super::ports::{Gate, HealthCheck, Restarter};

@@ -29,6 +29,7 @@ mod lists;
 mod node_credential;
 mod node_reads;
 mod readiness;
+mod reconciler_table;
 mod recovery;
 mod report_order;
 mod resilience;

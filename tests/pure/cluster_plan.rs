@@ -8,10 +8,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use shim_agent::api::Shim;
 use shim_agent::cluster::coordinator::status::{NodeView, compute_status};
 use shim_agent::cluster::nodestate::{
-    FailureNote, NodePhase, NodeStates, RetainedNote, ShimNodeState, node_patch, parse_states,
-    states_wanted,
+    NodePhase, NodeStates, RetainedNote, ShimNodeState, node_patch, parse_states, states_wanted,
 };
 use shim_agent::cluster::target::{Inputs, PodUse, labels_wanted, plan_node, targets};
+use shim_agent::reconciler::memory::FailureNote;
 use shim_agent::retry::backoff;
 use shim_agent::state::{
     InstalledShim, NodeState, Origin, RETAINED_TASKS_LISTED, RetainedVersion, ShimState,

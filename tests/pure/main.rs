@@ -42,6 +42,7 @@ mod docs_examples;
 mod live_txn;
 mod node_cri_info;
 mod offline_install;
+mod reconciler_table;
 mod runtime_check;
 mod runtime_class;
 mod shape;

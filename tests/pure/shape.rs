@@ -1,211 +1,26 @@
 //! The shape of `src/`, checked against the module map of docs/design.md §11:
 //!
 //! - every module imports only the modules its row names, and only from layers below its own
-//!   (the `crate::`, `super::` and `self::` paths of its code, comments and strings left out);
-//! - no modules of one folder import each other in a circle;
-//! - every module of `src/lib.rs` (and of `cluster/`) has its row;
+//!   (the paths of its code through `crate::`, `super::`, `self::` and its child modules,
+//!   re-exports followed to the module that defines the item; comments and strings left out);
+//! - the files of each folder import only the files below them in the folder's order, and no
+//!   two import each other in a circle; a method a file calls on `self` that a sibling file
+//!   defines (one type's `impl` spread over files) counts as an import of that sibling;
+//! - every module of `src/lib.rs` (and of `cluster/`) has its row, and every folder its order;
 //! - no function is longer than 80 lines, except those the map lists.
 
+#[path = "shape_scan.rs"]
+mod scan;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use scan::*;
 
 const MAX_FN_LINES: usize = 80;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
-
-/// `src` with comments and the contents of string and char literals blanked, newlines kept
-/// (so line numbers stay and no path inside a comment or a string counts).
-fn code_only(src: &str) -> String {
-    let b = src.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let blank = |out: &mut Vec<u8>, part: &[u8]| {
-        out.extend(part.iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }))
-    };
-    let mut i = 0;
-    while i < b.len() {
-        let rest = &b[i..];
-        let word_before = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
-        let end = if rest.starts_with(b"//") {
-            i + rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len())
-        } else if rest.starts_with(b"/*") {
-            i + 2 + find(&rest[2..], b"*/").map_or(rest.len() - 2, |p| p + 2)
-        } else if let Some(open) = raw_string_open(rest).filter(|_| !word_before) {
-            let hashes = open - rest[..open].iter().position(|&c| c == b'"').unwrap_or(0) - 1;
-            let close: Vec<u8> = std::iter::once(b'"')
-                .chain(std::iter::repeat_n(b'#', hashes))
-                .collect();
-            i + open + find(&rest[open..], &close).map_or(rest.len() - open, |p| p + close.len())
-        } else if rest[0] == b'"' {
-            let mut j = 1;
-            while j < rest.len() && rest[j] != b'"' {
-                j += if rest[j] == b'\\' { 2 } else { 1 };
-            }
-            i + (j + 1).min(rest.len())
-        } else if let Some(n) = char_literal(rest) {
-            i + n
-        } else {
-            out.push(b[i]);
-            i += 1;
-            continue;
-        };
-        blank(&mut out, &b[i..end]);
-        i = end;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// `r"`, `r#"`, `br##"`…: the length of the opening.
-fn raw_string_open(rest: &[u8]) -> Option<usize> {
-    let s = rest.strip_prefix(b"b").unwrap_or(rest);
-    let s = s.strip_prefix(b"r")?;
-    let hashes = s.iter().take_while(|&&c| c == b'#').count();
-    (s.get(hashes) == Some(&b'"')).then(|| rest.len() - s.len() + hashes + 1)
-}
-
-/// `'x'`, `'\n'`, `'\u{1F600}'`, `'é'`: its length (a lifetime is not one).
-fn char_literal(rest: &[u8]) -> Option<usize> {
-    if rest.first() != Some(&b'\'') {
-        return None;
-    }
-    if rest.get(1) == Some(&b'\\') {
-        let close = rest[2..].iter().position(|&c| c == b'\'')?;
-        return (close <= 10).then_some(close + 3);
-    }
-    let text = std::str::from_utf8(&rest[1..rest.len().min(6)])
-        .ok()
-        .or_else(|| {
-            (2..6)
-                .rev()
-                .find_map(|n| std::str::from_utf8(rest.get(1..n)?).ok())
-        })?;
-    let c = text.chars().next()?;
-    (rest.get(1 + c.len_utf8()) == Some(&b'\'')).then_some(c.len_utf8() + 2)
-}
-
-fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rs_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
-/// The library's files (not the binary's `main.rs`) with their module paths.
-fn modules() -> Vec<(PathBuf, Vec<String>)> {
-    let src = root().join("src");
-    let mut files = Vec::new();
-    rs_files(&src, &mut files);
-    files.sort();
-    files
-        .into_iter()
-        .filter(|f| f.file_name().is_some_and(|n| n != "main.rs"))
-        .map(|f| {
-            let rel = f.strip_prefix(&src).unwrap().with_extension("");
-            let mut m: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            if m.last().is_some_and(|l| l == "mod" || l == "lib") {
-                m.pop();
-            }
-            (f, m)
-        })
-        .collect()
-}
-
-fn ident_len(s: &[u8]) -> usize {
-    s.iter()
-        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-        .count()
-}
-
-/// The module paths `code` names through `crate::`, `super::` and `self::` (each `use`
-/// group's items too), resolved from `module`.
-fn references(code: &str, module: &[String]) -> Vec<Vec<String>> {
-    let b = code.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        let word_before = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
-        let head = ["crate::", "super::", "self::"]
-            .into_iter()
-            .find(|h| !word_before && b[i..].starts_with(h.as_bytes()));
-        let Some(head) = head else {
-            i += 1;
-            continue;
-        };
-        let mut path: Vec<String> = match head {
-            "crate::" => Vec::new(),
-            "self::" => module.to_vec(),
-            _ => module[..module.len().saturating_sub(1)].to_vec(),
-        };
-        i += head.len();
-        let mut group = false;
-        loop {
-            if b[i..].starts_with(b"super::") {
-                path.pop();
-                i += 7;
-                continue;
-            }
-            if b.get(i) == Some(&b'{') {
-                for item in group_items(&b[i + 1..]) {
-                    let mut p = path.clone();
-                    if item != "self" {
-                        p.push(item);
-                    }
-                    out.push(p);
-                }
-                group = true;
-                break;
-            }
-            let n = ident_len(&b[i..]);
-            if n == 0 {
-                break;
-            }
-            path.push(String::from_utf8_lossy(&b[i..i + n]).into_owned());
-            i += n;
-            if !b[i..].starts_with(b"::") {
-                break;
-            }
-            i += 2;
-        }
-        if !group {
-            out.push(path);
-        }
-    }
-    out
-}
-
-/// The first identifier of each item of a `use` group (`{a::b, c, self}` → a, c, self).
-fn group_items(b: &[u8]) -> Vec<String> {
-    let mut items = Vec::new();
-    let (mut depth, mut start) = (0, true);
-    for (k, &c) in b.iter().enumerate() {
-        match c {
-            b'{' => depth += 1,
-            b'}' if depth == 0 => break,
-            b'}' => depth -= 1,
-            b',' if depth == 0 => start = true,
-            c if start && (c.is_ascii_alphabetic() || c == b'_') => {
-                start = false;
-                if depth == 0 {
-                    items.push(String::from_utf8_lossy(&b[k..k + ident_len(&b[k..])]).into_owned());
-                }
-            }
-            _ => {}
-        }
-    }
-    items
-}
+/// Each folder's files, bottom up, by folder (`cluster::agent`).
+type Orders = BTreeMap<String, Vec<String>>;
 
 /// A row of the module map.
 struct Row {
@@ -216,6 +31,12 @@ struct Row {
 /// The module map's rows, by module (`cluster::agent` for the inner table), and the long
 /// functions it allows (`module::…::function`).
 fn read_map() -> (BTreeMap<String, Row>, BTreeSet<String>) {
+    let (rows, long, _) = read_map_and_orders();
+    (rows, long)
+}
+
+/// [`read_map`], and each folder's files, bottom up (`folder` → files).
+fn read_map_and_orders() -> (BTreeMap<String, Row>, BTreeSet<String>, Orders) {
     let design = std::fs::read_to_string(root().join("docs/design.md")).unwrap();
     let section = design
         .split("\n## ")
@@ -230,9 +51,14 @@ fn read_map() -> (BTreeMap<String, Row>, BTreeSet<String>) {
     };
     let mut rows = BTreeMap::new();
     let mut long = BTreeSet::new();
+    let mut orders = BTreeMap::new();
     for line in section.lines() {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        if let [_, layer, module, _, may, _] = cells[..]
+        if let [_, folder, files, _] = cells[..]
+            && let Some(folder) = ticked(folder).pop()
+        {
+            orders.insert(folder, ticked(files));
+        } else if let [_, layer, module, _, may, _] = cells[..]
             && let Ok(layer) = layer.parse()
         {
             let module = ticked(module).pop().expect("a module in backticks");
@@ -242,7 +68,7 @@ fn read_map() -> (BTreeMap<String, Row>, BTreeSet<String>) {
             long.insert(item.split('`').next().unwrap_or_default().to_string());
         }
     }
-    (rows, long)
+    (rows, long, orders)
 }
 
 /// The rows `path` lies in, outermost first (`cluster::agent::gate` → cluster, cluster::agent).
@@ -253,34 +79,93 @@ fn units_of(rows: &BTreeMap<String, Row>, path: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// One import: the file, its module, and the module it imports.
+struct Edge {
+    file: PathBuf,
+    from: Vec<String>,
+    to: Vec<String>,
+}
+
+/// Every import of the library's files: the paths their code names, re-exports followed, and
+/// the methods they call on `self` that a sibling file defines.
+fn edges() -> Vec<Edge> {
+    let mods: Vec<(PathBuf, Vec<String>, String)> = modules()
+        .into_iter()
+        .map(|(f, m)| {
+            let code = code_only(&std::fs::read_to_string(&f).unwrap());
+            (f, m, code)
+        })
+        .collect();
+    let known: BTreeSet<Vec<String>> = mods.iter().map(|(_, m, _)| m.clone()).collect();
+    let reexports = Reexports::of(&mods);
+    let mut out = Vec::new();
+    for (file, module, code) in &mods {
+        for to in references(code, module, &child_mods(code)) {
+            let to = reexports.resolve(to, &known);
+            out.push(Edge {
+                file: file.clone(),
+                from: module.clone(),
+                to,
+            });
+        }
+    }
+    out.extend(method_edges(&mods));
+    out
+}
+
+/// A file that calls on `self` a method of its type that a sibling file defines imports that
+/// sibling (the `impl` of one type spread over files).
+fn method_edges(mods: &[(PathBuf, Vec<String>, String)]) -> Vec<Edge> {
+    let methods: Vec<_> = mods
+        .iter()
+        .map(|(_, m, code)| (m, inherent_methods(code), self_calls(code)))
+        .collect();
+    let mut out = Vec::new();
+    for (i, (g, g_types, calls)) in methods.iter().enumerate() {
+        for (f, f_types, _) in &methods {
+            let siblings = g != f && g.len() == f.len() && g[..g.len() - 1] == f[..f.len() - 1];
+            if !siblings || g.is_empty() {
+                continue;
+            }
+            let called = g_types.iter().any(|(ty, own)| {
+                let theirs = f_types.get(ty);
+                calls
+                    .iter()
+                    .any(|c| !own.contains(c) && theirs.is_some_and(|t| t.contains(c)))
+            });
+            if called {
+                out.push(Edge {
+                    file: mods[i].0.clone(),
+                    from: (*g).clone(),
+                    to: (*f).clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
 #[test]
 fn every_module_imports_only_what_the_map_allows_from_below() {
     let (rows, _) = read_map();
-    let known: BTreeSet<Vec<String>> = modules().into_iter().map(|(_, m)| m).collect();
     let mut wrong = BTreeSet::new();
-    for (file, module) in modules() {
-        let code = code_only(&std::fs::read_to_string(&file).unwrap());
-        let from = units_of(&rows, &module);
-        for mut to in references(&code, &module) {
-            while !to.is_empty() && !known.contains(&to) {
-                to.pop();
-            }
-            let to = units_of(&rows, &to);
-            // compare where the two paths part: a module and its own parts are one
-            let Some(at) = (0..from.len().min(to.len())).find(|&k| from[k] != to[k]) else {
-                continue;
-            };
-            let (a, b) = (&rows[&from[at]], &rows[&to[at]]);
-            if !a.may_import.contains(&to[at]) || b.layer >= a.layer {
-                wrong.insert(format!(
-                    "{} (layer {}) imports {} (layer {}) in {}",
-                    from[at],
-                    a.layer,
-                    to[at],
-                    b.layer,
-                    file.display()
-                ));
-            }
+    for Edge { file, from, to } in edges() {
+        let from = units_of(&rows, &from);
+        let to = units_of(&rows, &to);
+        // compare where the two paths part: a module and its own parts are one
+        let Some(at) = (0..from.len().min(to.len())).find(|&k| from[k] != to[k]) else {
+            continue;
+        };
+        let (a, b) = (&rows[&from[at]], &rows[&to[at]]);
+        if !a.may_import.contains(&to[at]) || b.layer >= a.layer {
+            wrong.insert(format!(
+                "{} (layer {}) imports {} (layer {}) in {}",
+                from[at],
+                a.layer,
+                to[at],
+                b.layer,
+                file.display()
+            ));
         }
     }
     assert!(
@@ -318,31 +203,41 @@ fn the_map_names_every_module_and_only_real_ones() {
     }
 }
 
-#[test]
-fn no_modules_of_one_folder_import_each_other_in_a_circle() {
-    let mods = modules();
-    let known: BTreeSet<Vec<String>> = mods.iter().map(|(_, m)| m.clone()).collect();
-    // parent → (child → children it imports)
+/// The imports between the files of each folder: folder → (file → the files it imports). Test
+/// files (`tests`, `*_tests`) import their siblings but are not part of the folder's order.
+fn folder_graph() -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
     let mut graph: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    for (file, module) in &mods {
-        let code = code_only(&std::fs::read_to_string(file).unwrap());
-        for mut to in references(&code, module) {
-            while !to.is_empty() && !known.contains(&to) {
-                to.pop();
-            }
-            let at = (0..module.len().min(to.len())).find(|&k| module[k] != to[k]);
-            if let Some(at) = at {
-                graph
-                    .entry(module[..at].to_vec())
-                    .or_default()
-                    .entry(module[at].clone())
-                    .or_default()
-                    .insert(to[at].clone());
-            }
+    for (_, module) in modules() {
+        if let Some((last, parent)) = module.split_last() {
+            graph
+                .entry(parent.to_vec())
+                .or_default()
+                .entry(last.clone())
+                .or_default();
         }
     }
+    for Edge { from, to, .. } in edges() {
+        let at = (0..from.len().min(to.len())).find(|&k| from[k] != to[k]);
+        if let Some(at) = at {
+            graph
+                .entry(from[..at].to_vec())
+                .or_default()
+                .entry(from[at].clone())
+                .or_default()
+                .insert(to[at].clone());
+        }
+    }
+    graph
+}
+
+fn is_test_file(name: &str) -> bool {
+    name == "tests" || name.ends_with("_tests")
+}
+
+#[test]
+fn no_modules_of_one_folder_import_each_other_in_a_circle() {
     let mut circles = Vec::new();
-    for (parent, edges) in &graph {
+    for (parent, edges) in &folder_graph() {
         for start in edges.keys() {
             if let Some(path) = circle_through(edges, start) {
                 circles.push(format!("in {}: {}", parent.join("::"), path.join(" → ")));
@@ -354,6 +249,90 @@ fn no_modules_of_one_folder_import_each_other_in_a_circle() {
         "modules that import each other:\n{}",
         circles.join("\n")
     );
+}
+
+/// The top-level modules and `cluster`'s follow the layers of the map; every other folder
+/// lists its files bottom up.
+fn ordered_by_layers(folder: &[String]) -> bool {
+    folder.is_empty() || folder == ["cluster"]
+}
+
+#[test]
+fn the_files_of_each_folder_import_only_those_below_them() {
+    let (_, _, orders) = read_map_and_orders();
+    let mut wrong = Vec::new();
+    let mut folders = BTreeSet::new();
+    for (folder, files) in folder_graph() {
+        if ordered_by_layers(&folder) {
+            continue;
+        }
+        let name = folder.join("::");
+        folders.insert(name.clone());
+        let own: BTreeSet<&String> = files.keys().filter(|f| !is_test_file(f)).collect();
+        let Some(order) = orders.get(&name) else {
+            wrong.push(format!(
+                "{name} has no order; bottom up it is: {}",
+                suggest(&files)
+            ));
+            continue;
+        };
+        let listed: BTreeSet<&String> = order.iter().collect();
+        if listed != own {
+            wrong.push(format!(
+                "{name}: the order lists {listed:?}, the folder has {own:?}; bottom up it is: {}",
+                suggest(&files)
+            ));
+            continue;
+        }
+        let pos = |f: &String| order.iter().position(|o| o == f);
+        for (file, imports) in files.iter().filter(|(f, _)| !is_test_file(f)) {
+            for to in imports.iter().filter(|t| pos(t) >= pos(file)) {
+                wrong.push(format!(
+                    "{name}: `{file}` imports `{to}`, which is not below it"
+                ));
+            }
+        }
+    }
+    let stale: Vec<_> = orders.keys().filter(|f| !folders.contains(*f)).collect();
+    assert!(
+        stale.is_empty(),
+        "orders of folders that do not exist: {stale:?}"
+    );
+    assert!(
+        wrong.is_empty(),
+        "folders whose files are out of the order docs/design.md §11 gives them:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// A bottom-up order of a folder's files (those importing nothing first; ties by name), as
+/// the table row it would take.
+fn suggest(files: &BTreeMap<String, BTreeSet<String>>) -> String {
+    let mut left: BTreeMap<&String, BTreeSet<&String>> = files
+        .iter()
+        .filter(|(f, _)| !is_test_file(f))
+        .map(|(f, i)| {
+            (
+                f,
+                i.iter()
+                    .filter(|t| *t != f && files.contains_key(*t))
+                    .collect(),
+            )
+        })
+        .collect();
+    let mut order = Vec::new();
+    while !left.is_empty() {
+        let next = left
+            .iter()
+            .find(|(_, i)| i.iter().all(|t| order.contains(t)))
+            .or_else(|| left.iter().next())
+            .map(|(f, _)| *f);
+        let Some(next) = next else { break };
+        left.remove(next);
+        order.push(next);
+    }
+    let ticks: Vec<String> = order.iter().map(|f| format!("`{f}`")).collect();
+    ticks.join(", ")
 }
 
 /// A path from `start` back to it, if there is one.
@@ -376,42 +355,6 @@ fn circle_through(edges: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Op
         }
     }
     None
-}
-
-/// Every function with a body: (module path, name, first line, lines).
-fn functions() -> Vec<(String, String, usize, usize)> {
-    let mut out = Vec::new();
-    for (file, module) in modules() {
-        let code = code_only(&std::fs::read_to_string(&file).unwrap());
-        let b = code.as_bytes();
-        let mut i = 0;
-        while let Some(p) = find(&b[i..], b"fn ") {
-            let at = i + p;
-            i = at + 3;
-            if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
-                continue;
-            }
-            let name = String::from_utf8_lossy(&b[i..i + ident_len(&b[i..])]).into_owned();
-            let Some(open) = b[i..].iter().position(|&c| c == b'{' || c == b';') else {
-                break;
-            };
-            if b[i + open] == b';' {
-                continue; // a declaration without a body
-            }
-            let mut depth = 0;
-            let mut end = i + open;
-            for (k, &c) in b[i + open..].iter().enumerate() {
-                depth += i32::from(c == b'{') - i32::from(c == b'}');
-                if depth == 0 {
-                    end = i + open + k;
-                    break;
-                }
-            }
-            let line = |pos: usize| b[..pos].iter().filter(|&&c| c == b'\n').count() + 1;
-            out.push((module.join("::"), name, line(at), line(end) - line(at) + 1));
-        }
-    }
-    out
 }
 
 #[test]
@@ -458,7 +401,72 @@ fn the_scanner_sees_code_and_not_comments_or_strings() {
          let c = '\"'; fn f<'x>(y: &'x str) { super::e::f() }\n/* crate::g */ use self::{h, i::j};",
     );
     let m = vec!["p".to_string(), "q".to_string()];
-    let refs: Vec<String> = references(&code, &m).iter().map(|r| r.join("::")).collect();
+    let none = BTreeSet::new();
+    let refs: Vec<String> = references(&code, &m, &none)
+        .iter()
+        .map(|r| r.join("::"))
+        .collect();
     assert_eq!(refs, ["a", "p::e::f", "p::q::h", "p::q::i"]);
     assert_eq!(code.lines().count(), 4, "lines are kept");
+}
+
+#[test]
+fn the_scanner_follows_child_paths_and_re_exports() {
+    let m = |p: &str| -> Vec<String> { p.split("::").map(str::to_string).collect() };
+    // a child module named at the start of a path is the file's own child
+    let code = code_only("mod fetch;\nuse fetch::Limits;\nuse other::x; fn f() { fetch::go() }");
+    let children = child_mods(&code);
+    let refs: Vec<String> = references(&code, &m("artifact"), &children)
+        .iter()
+        .map(|r| r.join("::"))
+        .collect();
+    assert_eq!(refs, ["artifact::fetch::Limits", "artifact::fetch::go"]);
+    // an item re-exported by the parent resolves to the file that defines it, also through
+    // a glob
+    let parent =
+        code_only("mod fetch;\nmod model;\npub use fetch::{Fetcher, Limits};\npub use model::*;");
+    let fetch = code_only("pub struct Limits;");
+    let model = code_only("pub(crate) struct Working;\npub enum Phase {}");
+    let mods = vec![
+        (PathBuf::from("mod.rs"), m("artifact"), parent),
+        (PathBuf::from("fetch.rs"), m("artifact::fetch"), fetch),
+        (PathBuf::from("model.rs"), m("artifact::model"), model),
+        (
+            PathBuf::from("unpack.rs"),
+            m("artifact::unpack"),
+            String::new(),
+        ),
+    ];
+    let known = mods.iter().map(|(_, m, _)| m.clone()).collect();
+    let r = Reexports::of(&mods);
+    assert_eq!(
+        r.resolve(m("artifact::Limits"), &known),
+        m("artifact::fetch")
+    );
+    assert_eq!(
+        r.resolve(m("artifact::Phase::Applied"), &known),
+        m("artifact::model")
+    );
+    assert_eq!(r.resolve(m("artifact::Unknown"), &known), m("artifact"));
+    assert_eq!(
+        r.resolve(m("artifact::unpack::f"), &known),
+        m("artifact::unpack")
+    );
+}
+
+#[test]
+fn the_scanner_sees_one_types_methods_across_files() {
+    let round = code_only(
+        "impl<R: X> Agent<'_, R> {\n    fn round(&self) { self.report(); Self::plan(); self.own() }\n    fn own(&self) {}\n}\nimpl Drop for Agent { fn drop(&mut self) {} }",
+    );
+    let methods = inherent_methods(&round);
+    assert_eq!(
+        methods["Agent"],
+        BTreeSet::from(["round".into(), "own".into()])
+    );
+    assert!(!methods.contains_key("Drop"));
+    assert_eq!(
+        self_calls(&round),
+        BTreeSet::from(["report".into(), "plan".into(), "own".into()])
+    );
 }

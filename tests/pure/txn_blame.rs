@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use shim_agent::api::Shim;
-use shim_agent::cluster::agent::memory::{Ended, Judgement, Memory, judge};
 use shim_agent::cluster::target::{Inputs, plan_node};
+use shim_agent::reconciler::judge::{Ended, Judgement, judge};
+use shim_agent::reconciler::memory::Memory;
 use shim_agent::state::NodeState;
 use shim_agent::txn::{Change, TxnError, real_work};
 use tokio::time::Instant;
@@ -85,7 +86,7 @@ fn one_bad_shim_in_a_batch_is_blamed_alone_and_the_others_go_on_together() {
             ..Default::default()
         };
         let work = real_work(&plan.changes, &state, &n.host_facts(&state));
-        memory.restrict_to_solo(&mut plan, &work);
+        memory.restrict_to_solo(&mut plan.changes, &work);
         assert_eq!(work, ["alpha", "omega"]);
         let report = block(n.apply_with(&store, &mut state, plan.changes)).unwrap();
         assert_eq!(report.installed, ["alpha", "omega"], "{reason}");

@@ -16,11 +16,12 @@ use shim_agent::artifact::unpack::{UnpackOptions, unpack_stream};
 use shim_agent::artifact::{Limits, find_shim_binary};
 use shim_agent::cluster::coordinator::status::{NodeView, compute_status};
 use shim_agent::cluster::nodestate::{
-    FailureNote, NodePhase, ShimNodeState, node_patch, parse_states, states_wanted,
+    NodePhase, ShimNodeState, node_patch, parse_states, states_wanted,
 };
 use shim_agent::cluster::target::{Inputs, plan_node};
 use shim_agent::events;
 use shim_agent::hooks::wire::{Answer, MAX_MESSAGE, parse_response};
+use shim_agent::reconciler::memory::FailureNote;
 use shim_agent::state::{NodeState, RetainedVersion};
 use shim_agent::text::{EVENT_NOTE_MAX_BYTES, MESSAGE_MAX_BYTES};
 

@@ -16,6 +16,7 @@
 pub mod agent_rig;
 pub mod apiservers;
 pub mod containerd;
+pub mod failure_table;
 pub mod fleet;
 pub mod hooks_kube;
 pub mod hookserver;

@@ -25,25 +25,26 @@ use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
 use crate::api::names::FIELD_MANAGER;
+use crate::reconciler::memory::Memory;
 use crate::state::{NodeState, StateStore};
 use crate::statics::Adoption;
 use crate::txn::retain::RETAIN_CHECK_SECS;
 use crate::txn::{HealthCheck, Node, Restarter};
 use caches::{fingerprint, quiet, sleep_until_opt};
 use gate::{GateTimings, SlotGate};
-use memory::Memory;
+use reported::Reported;
 
 mod caches;
 pub mod gate;
-mod isolation;
-pub mod memory;
 mod node_sync;
 mod outcome;
+pub mod reported;
 mod round;
 mod round_events;
 pub mod shim_cache;
+mod view;
 
-pub use memory::NODE_SYNC_RETRY_SECS;
+pub use reported::NODE_SYNC_RETRY_SECS;
 /// Quiet time after a watch event before a round starts, so changes that arrive together
 /// share one transaction (and one restart): the round waits until nothing it reads changed for
 /// this long...
@@ -73,8 +74,11 @@ pub struct Agent<'n, 'a, R, H> {
     /// The startup taint this node names on its Node (`kubernetes.startup-taint`).
     pub startup_taint: Option<crate::cluster::readiness::StartupTaint>,
     pub(super) shutdown: Option<tokio_watch::Receiver<bool>>,
-    /// What it remembers between rounds.
+    /// What it remembers between rounds (the reconciler core's memory, as in `run` without a
+    /// cluster).
     memory: Memory,
+    /// What it has told the cluster, and its Node writes' retry.
+    reported: Reported,
     recorder: Recorder,
     /// Publishes the rounds' Events in the background.
     events: crate::events::Sender,
@@ -101,6 +105,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             startup_taint: None,
             shutdown: None,
             memory: Memory::default(),
+            reported: Reported::default(),
             outbox: round_events::RoundEvents::default(),
         }
     }
@@ -115,7 +120,10 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         files: &mut mpsc::Receiver<()>,
         mut credentials_changed: impl FnMut() -> bool,
     ) -> anyhow::Result<Exit> {
-        self.count_crash(store, state);
+        let crashed = self.memory.count_crashes(store, state);
+        if !crashed.is_empty() {
+            tracing::error!(shims = ?crashed, "the agent stopped during a round working on {}: counted as a crash of each", crashed.join(", "));
+        }
         let mut adoption = Adoption::default();
         adoption.run_if_due(&self.node.health, store, state).await?;
         crate::telemetry::settled(state.shims.len(), Vec::new());
@@ -144,9 +152,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             {
                 last_fp = None; // the node's report changes
             }
-            let due = self
-                .memory
-                .next_due((!state.retained.is_empty()).then_some(retain_due));
+            let due = self.next_due(state, retain_due);
             let timer_fired = due.is_some_and(|d| d <= Instant::now());
             let fp = fingerprint(&caches);
             if timer_fired || last_fp != Some(fp) || self.memory.take_rerun() {
@@ -157,11 +163,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
                     continue;
                 }
             }
-            let due = earliest(
-                self.memory
-                    .next_due((!state.retained.is_empty()).then_some(retain_due)),
-                adoption.next_due(),
-            );
+            let due = earliest(self.next_due(state, retain_due), adoption.next_due());
             tokio::select! {
                 _ = shutdown.changed() => return Ok(Exit::Shutdown),
                 Some(()) = nudge.recv() => {
@@ -214,6 +216,14 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             changed |= self.collect_retained(store, state);
         }
         Ok(changed)
+    }
+
+    /// The next timer of the rounds: a failure's or a wait's retry, a failed Node write's
+    /// retry, the next check of retained versions (while there are any).
+    fn next_due(&self, state: &NodeState, retain_due: Instant) -> Option<Instant> {
+        let retained = (!state.retained.is_empty()).then_some(retain_due);
+        let other = earliest(retained, self.reported.node_sync_due());
+        self.memory.next_due(other)
     }
 
     /// Collect the replaced versions no task uses any more; true when some went.

@@ -9,7 +9,7 @@ use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 
 use super::Agent;
-use super::round::RoundView;
+use super::view::RoundView;
 use crate::api::Shim;
 use crate::api::names::{FIELD_MANAGER, STATE_ANNOTATION, node_label};
 use crate::cluster::nodestate::{self, NodeStates};
@@ -153,7 +153,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             ),
             Err(e) => {
                 tracing::warn!("cannot set the Node's ShimsReady condition; retrying: {e}");
-                self.memory.node_sync_failed(Instant::now());
+                self.reported.node_sync_failed(Instant::now());
             }
         }
     }
@@ -167,19 +167,19 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         plan: &NodePlan,
     ) -> KubeNode {
         let Some(patch) = self.node_sync_patch(&current, view, state, plan) else {
-            self.memory.node_synced();
+            self.reported.node_synced();
             self.sync_readiness(&current, view, state, plan).await;
             return current;
         };
         match self.patch_node(patch).await {
             Ok(n) => {
-                self.memory.node_synced();
+                self.reported.node_synced();
                 self.sync_readiness(&n, view, state, plan).await;
                 n
             }
             Err(e) => {
                 tracing::warn!("cannot update the Node's Shim labels and state; retrying: {e}");
-                self.memory.node_sync_failed(Instant::now());
+                self.reported.node_sync_failed(Instant::now());
                 current
             }
         }

@@ -1,15 +1,17 @@
-//! What a round's outcome tells the world: Events on the Shim and the Node, the failure
-//! memory and its backoff, blocked uninstalls and static-vs-cluster conflicts.
+//! What a round's outcome tells the world, as the reconciler core judged it: the journal, and
+//! Events on the Shim and the Node (installed, failed, set aside after crashes, blocked
+//! uninstalls, static-vs-cluster conflicts).
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::Resource;
 use kube::runtime::events::EventType;
-use tokio::time::Instant;
 
 use super::Agent;
-use super::memory::{self, Ended, Judgement};
 use crate::api::Shim;
 use crate::cluster::target::NodePlan;
+use crate::reconciler::crash::SetAside;
+use crate::reconciler::judge::Verdict;
+use crate::reconciler::memory::Wanted;
 use crate::state::NodeState;
 use crate::txn::{HealthCheck, Report, Restarter, TxnError, TxnReason};
 
@@ -50,14 +52,6 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         cluster: &[Shim],
         node: &KubeNode,
     ) {
-        for name in report
-            .installed
-            .iter()
-            .chain(&report.removed)
-            .chain(&report.unchanged)
-        {
-            self.memory.succeeded([name]);
-        }
         for name in &report.installed {
             let upgraded = before.shims.contains_key(name);
             let (reason, verb) = if upgraded {
@@ -80,38 +74,30 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         }
     }
 
+    /// Report a failed round as the reconciler core judged it ([`Verdict`]).
     pub(super) fn failed(
         &mut self,
-        e: TxnError,
-        work: &[String],
+        e: &TxnError,
+        verdict: &Verdict,
         before: &NodeState,
+        wanted: &Wanted<'_>,
         cluster: &[Shim],
         node: &KubeNode,
     ) {
-        let message = e.message.clone();
-        let ended = if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
-            Ended::Stopping
-        } else if e.superseded() {
-            Ended::Superseded
-        } else if e.only_waits() {
-            Ended::OnlyWaits
-        } else {
-            Ended::Failed
-        };
-        let culprits = match memory::judge(work, &e.blamed, ended) {
-            Judgement::Stopping => {
-                // The wait for a rollout slot ended because the agent stops: nothing was
-                // tried, nothing failed; the next start takes it up again.
+        let message = &e.message;
+        let failed = match verdict {
+            Verdict::Failed(failed) => failed,
+            // The wait for a rollout slot ended because the agent stops: nothing was tried,
+            // nothing failed; the next start takes it up again.
+            Verdict::Stopping => {
                 tracing::info!("stopping before the transaction: {message}");
                 return;
             }
-            Judgement::Replan => {
+            Verdict::Replan => {
                 tracing::info!("planning again: {message}");
-                self.memory.rerun();
                 return;
             }
-            Judgement::Wait(names) => {
-                let pause = self.memory.wait(&names, &self.node_name, Instant::now());
+            Verdict::Wait { names, pause } => {
                 tracing::warn!(
                     retry_in_ms = pause.as_millis() as u64,
                     "waiting for the API server before {}: {message}",
@@ -119,25 +105,31 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 );
                 return;
             }
-            Judgement::RunAlone(each) => {
+            Verdict::RunAlone(_) => {
                 tracing::warn!("a batch of changes failed; trying each alone: {message}");
-                self.memory.run_alone(each);
                 return;
             }
-            Judgement::Blame(culprits) => culprits,
+            Verdict::Succeeded => return,
         };
-        self.memory.rerun();
         let (kind, reason) = (e.reason, e.reason());
-        for name in culprits {
-            let shim = cluster.iter().find(|s| s.name() == name);
-            let pause = self
-                .memory
-                .failed(&name, shim, reason, message.clone(), Instant::now());
-            tracing::error!(shim = %name, %reason, retry_in_secs = pause.as_secs(), "{name}: change failed, retrying in {} s: {message}", pause.as_secs());
-            let was = before.shims.contains_key(&name);
-            let ev_reason = event_reason(kind, reason, was, shim.is_some());
+        for (name, pause) in failed {
+            let secs = pause.as_secs();
+            tracing::error!(shim = %name, %reason, retry_in_secs = secs, "{name}: change failed, retrying in {secs} s: {message}");
+            let was = before.shims.contains_key(name);
+            let ev_reason = event_reason(kind, reason, was, wanted.get(name).is_some());
             let note = format!("{reason}: {message}");
-            self.emit(cluster, &name, node, EventType::Warning, ev_reason, note);
+            self.emit(cluster, name, node, EventType::Warning, ev_reason, note);
+        }
+    }
+
+    /// The Shims newly set aside after crashes: an error in the journal and an Event each.
+    pub(super) fn report_aside(&mut self, aside: &[SetAside], cluster: &[Shim], node: &KubeNode) {
+        let reason = crate::crashes::REASON;
+        for SetAside { name, note } in aside {
+            let message = &note.message;
+            tracing::error!(shim = %name, %reason, "{name}: {message}");
+            let note = format!("{reason}: {message}");
+            self.emit(cluster, name, node, EventType::Warning, reason, note);
         }
     }
 
@@ -147,7 +139,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         cluster: &[Shim],
         node: &KubeNode,
     ) {
-        for (name, pods) in self.memory.blocked_now(&plan.blocked) {
+        for (name, pods) in self.reported.blocked_now(&plan.blocked) {
             let note = format!(
                 "uninstall of {name} from node {} waits for pods that use its RuntimeClass: {}",
                 self.node_name,
@@ -164,7 +156,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             );
         }
         for name in &plan.conflicts {
-            if self.memory.conflict_seen(name) {
+            if self.reported.conflict_seen(name) {
                 let note = format!(
                     "node {} runs the static Shim {name:?} from shims.d instead of the cluster's",
                     self.node_name
@@ -180,7 +172,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 );
             }
         }
-        self.memory.keep_conflicts_only(&plan.conflicts);
+        self.reported.keep_conflicts_only(&plan.conflicts);
     }
 
     /// An Event on the Shim (when it still exists) and on the Node, kept for the end of the

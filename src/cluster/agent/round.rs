@@ -12,44 +12,16 @@ use tokio::time::Instant;
 use super::Agent;
 use super::caches::{Caches, pod_use};
 use super::gate::{NodeHints, SlotGate};
+use super::view::RoundView;
 use crate::api::Shim;
 use crate::cluster::nodestate;
-use crate::cluster::target::{self, Inputs, NodePlan, PodUse};
+use crate::cluster::target::{self, NodePlan, PodUse};
+use crate::reconciler::crash;
+use crate::reconciler::judge::Context;
+use crate::reconciler::memory::Wanted;
 use crate::state::{NodeState, StateStore};
 use crate::statics::read_static_shims;
 use crate::txn::{Change, Gate, HealthCheck, ReleaseLater, Restarter};
-
-/// What a round plans from: the Shims (the cluster's, the node's static ones), the pods and
-/// the Shims held back.
-pub(super) struct RoundView<'r> {
-    pub(super) cluster: &'r [Shim],
-    pub(super) statics: &'r [Shim],
-    pub(super) statics_ok: bool,
-    pub(super) pods: &'r [PodUse],
-    pub(super) held: &'r std::collections::BTreeSet<String>,
-    /// The Shims' change counter as of the read: a change ends the wait for a first slot.
-    pub(super) specs: tokio::sync::watch::Receiver<u64>,
-}
-
-impl<'r> RoundView<'r> {
-    /// What the planner reads for this node: the round's Shims, pods and held-back Shims,
-    /// with the Node's labels and the node's state.
-    pub(super) fn inputs(
-        &self,
-        node_labels: &'r std::collections::BTreeMap<String, String>,
-        state: &'r NodeState,
-    ) -> Inputs<'r> {
-        Inputs {
-            node_labels,
-            cluster: self.cluster,
-            statics: self.statics,
-            statics_ok: self.statics_ok,
-            state,
-            pods: self.pods,
-            held: self.held,
-        }
-    }
-}
 
 /// The first pause before an announcement that failed is tried again, and the longest.
 const ANNOUNCE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(250);
@@ -78,10 +50,13 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let Some(read) = self.read(caches) else {
             return;
         };
-        self.memory.forget_stale(&read.cluster);
+        let wanted = Wanted::new(&read.cluster, &read.statics);
+        self.memory.forget_stale(&wanted);
         self.memory.expire(Instant::now());
         let mut held = self.memory.held(Instant::now());
-        held.extend(self.set_aside(store, state, &read.cluster, &read.node));
+        let aside = self.memory.set_aside_crashed(store, state, &wanted);
+        self.report_aside(&aside.new, &read.cluster, &read.node);
+        held.extend(aside.names);
         let view = RoundView {
             cluster: &read.cluster,
             statics: &read.statics,
@@ -94,23 +69,33 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let mut plan = self.plan(&view, &labels, state);
         let mut current = self.unlabel(read.node.clone(), &labels, &mut plan).await;
         let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
-        self.begin_work(store, state, &work, &read.cluster);
+        let begun = crash::begin_work(store, state, &work, &wanted);
         let before = state.clone();
         let me = self.node_name.clone();
         let gate = ReleaseLater::new(self.gate(&me, &view, &plan, state, caches, &current));
-        let result = self
-            .transact(store, state, &view, &plan, &work, &gate, &mut current)
-            .await;
-        match result {
-            Ok(report) => self.succeeded(&report, &before, &read.cluster, &current),
-            Err(e) => self.failed(e, &work, &before, &read.cluster, &current),
+        let outcome = match begun {
+            Ok(()) => {
+                self.transact(store, state, &view, &plan, &work, &gate, &mut current)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let cx = Context {
+            stopping: self.shutdown.as_ref().is_some_and(|s| *s.borrow()),
+            node: &me,
+            now: Instant::now(),
+        };
+        let verdict = self.memory.conclude(&outcome, &work, &wanted, cx);
+        match &outcome {
+            Ok(report) => self.succeeded(report, &before, &read.cluster, &current),
+            Err(e) => self.failed(e, &verdict, &before, &wanted, &read.cluster, &current),
         }
         self.adopt_into_cluster(store, state, &read.cluster, &read.statics, &labels);
         self.report_blocked_and_conflicts(&plan, &read.cluster, &current);
         // the slots go back beside the label patch, not before it: one round trip less on
         // the way to the label (a committed change holds its slots a moment longer)
         tokio::join!(self.sync_node(current, &view, state, &plan), gate.finish());
-        self.end_work(store, state, &work);
+        crash::end_work(store, state, &work);
         self.publish_events();
     }
 
@@ -145,7 +130,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     ) -> NodePlan {
         let mut plan = target::plan_node(&view.inputs(labels, state));
         let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
-        self.memory.restrict_to_solo(&mut plan, &work);
+        self.memory.restrict_to_solo(&mut plan.changes, &work);
         plan
     }
 
@@ -164,7 +149,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             Err(e) => {
                 tracing::warn!("cannot remove Shim labels from the Node; uninstalls wait: {e}");
                 plan.changes.retain(|c| !matches!(c, Change::Uninstall(_)));
-                self.memory.node_sync_failed(Instant::now());
+                self.reported.node_sync_failed(Instant::now());
                 node
             }
         }

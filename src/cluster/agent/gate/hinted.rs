@@ -20,7 +20,7 @@ use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 
 use super::SlotGate;
-use super::contend::{RETRY_WATCH, Seen, Waited};
+use super::claim::{RETRY_WATCH, Seen, Waited};
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
 use crate::cluster::reservation_hints;

@@ -45,6 +45,7 @@ use crate::txn::Gate;
 use crate::txn::error::GateError;
 
 mod batch;
+mod claim;
 mod contend;
 mod hinted;
 
@@ -287,15 +288,15 @@ impl<'a> SlotGate<'a> {
                 .iter()
                 .find(|s| s.reserved.as_deref() == Some(&*self.me) && s.is_open())
                 .map(|s| s.index);
-            let seen = contend::Seen {
+            let seen = claim::Seen {
                 resource_version: &rv,
                 few_rivals: few,
                 reserved,
             };
             match self.contend(shim, seen).await? {
-                contend::Waited::Took(l) => return Ok(*l),
-                contend::Waited::Relist => ended = 0,
-                contend::Waited::Ended => {
+                claim::Waited::Took(l) => return Ok(*l),
+                claim::Waited::Relist => ended = 0,
+                claim::Waited::Ended => {
                     ended += 1;
                     let pause = contend::pause_after_ended(ended, &self.my_uid, &name, &rv);
                     tokio::select! {

@@ -1,9 +1,7 @@
-//! The agent's memory between rounds, as one value with its rules, pure: which Shims failed and
-//! when each may run again ([`Memory::held`]), how a failed round is judged (who is to blame,
-//! or whether the batch runs one Shim at a time, or only waits for the API server: [`judge`]),
-//! the solo retries, what was
-//! already reported (blocked uninstalls, conflicts, set-aside Shims) and when the Node must be
-//! written again.
+//! What a node remembers between rounds, pure, in both run modes: which Shims failed and when
+//! each may run again ([`Memory::held`]), which wait for the API server, which run one at a
+//! time after a batch failed without naming its culprit, which were set aside after crashes
+//! (reported once), and whether the next round comes at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,23 +9,50 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::api::Shim;
-use crate::cluster::nodestate::FailureNote;
-use crate::cluster::target::NodePlan;
-use crate::retry::backoff;
+use crate::retry::{backoff, spread};
 use crate::txn::Change;
 use crate::txn::classify::change_name;
 
 /// The spec key of a Shim being removed (no Shim object left to key it by).
 pub const UNINSTALL_KEY: &str = "uninstall";
 
-/// What a change is about: the Shim's UID and spec hash (a new spec retries at once).
+/// What a change is about: the Shim's UID (empty for a static Shim) and spec hash (a new spec
+/// retries at once).
 pub fn spec_key(shim: &Shim) -> String {
     use kube::ResourceExt;
     format!("{}:{}", shim.uid().unwrap_or_default(), shim.spec_hash())
 }
 
-/// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
-pub const NODE_SYNC_RETRY_SECS: u64 = 5;
+/// The Shims a run mode wants on the node now, by name: the static ones of `shims.d`, and in a
+/// cluster the cluster's too (a static Shim wins over the cluster's of its name).
+#[derive(Debug, Default)]
+pub struct Wanted<'a> {
+    shims: BTreeMap<&'a str, &'a Shim>,
+}
+
+impl<'a> Wanted<'a> {
+    /// The cluster's Shims (first) and the static ones, which win.
+    pub fn new(cluster: &'a [Shim], statics: &'a [Shim]) -> Self {
+        let shims = cluster
+            .iter()
+            .chain(statics)
+            .map(|s| (s.name(), s))
+            .collect();
+        Wanted { shims }
+    }
+
+    /// The Shim wanted under `name`.
+    pub fn get(&self, name: &str) -> Option<&'a Shim> {
+        self.shims.get(name).copied()
+    }
+
+    /// The spec key `name`'s change is at: its Shim's, or [`UNINSTALL_KEY`] when none is
+    /// wanted (the change removes it).
+    pub fn key(&self, name: &str) -> String {
+        self.get(name)
+            .map_or_else(|| UNINSTALL_KEY.to_string(), spec_key)
+    }
+}
 
 /// Longest pause of a change that waits for the API server (no slot could be had): it
 /// doubles from one second up to this, drawn over its upper half per node.
@@ -42,6 +67,15 @@ struct Waiting {
     retry_at: Option<Instant>,
 }
 
+/// A failed attempt the node remembers (and backs off on), as its report shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureNote {
+    pub reason: String,
+    pub message: String,
+    /// The Shim generation that failed.
+    pub generation: Option<i64>,
+}
+
 /// A failing change and when to try it again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -54,7 +88,7 @@ pub struct Failure {
     pub retry_at: Option<Instant>,
 }
 
-/// What the agent remembers between rounds.
+/// What a node remembers between rounds.
 #[derive(Debug, Default)]
 pub struct Memory {
     failures: BTreeMap<String, Failure>,
@@ -62,71 +96,10 @@ pub struct Memory {
     waiting: BTreeMap<String, Waiting>,
     /// Shims to run one at a time (a batch failed without naming its culprit, or crashed).
     solo: BTreeSet<String>,
-    /// Blocked uninstalls and the pods that blocked them, as last reported.
-    blocked_seen: BTreeMap<String, Vec<String>>,
-    /// Static/cluster conflicts already reported.
-    conflicts_seen: BTreeSet<String>,
     /// Shims set aside after crashes, already reported.
     aside_seen: BTreeSet<String>,
-    /// When a Node write that failed is tried again.
-    node_sync_due: Option<Instant>,
-    node_sync_failures: u32,
     /// A change failed (or a batch was split): run the next round at once for the others.
     rerun_now: bool,
-}
-
-/// How a failed round is judged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Judgement {
-    /// The agent stops: nothing was tried, nothing failed.
-    Stopping,
-    /// The Shims changed while the node waited for its first slot: nothing was tried,
-    /// nothing failed; the node plans again at once.
-    Replan,
-    /// A batch failed without naming its culprit: run each change alone.
-    RunAlone(Vec<String>),
-    /// Nothing was tried: no rollout slot could be had while the API server was away or
-    /// overloaded. These changes wait a little and try again; nobody failed.
-    Wait(Vec<String>),
-    /// These Shims failed.
-    Blame(Vec<String>),
-}
-
-/// How a round's transaction ended without its changes, as far as blame goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// The agent stops.
-    Stopping,
-    /// The wait for a first slot ended because the Shims changed.
-    Superseded,
-    /// No slot could be had while the API server was away or overloaded.
-    OnlyWaits,
-    /// Anything else: a change failed.
-    Failed,
-}
-
-/// Who a failed round blames: nobody when the agent stops, when the Shims changed under its
-/// wait for a slot, or when it only waits for the API server; else the one change, the Shims
-/// the error names (`blamed`), or, for a batch that names none, each change alone next.
-pub fn judge(work: &[String], blamed: &[String], ended: Ended) -> Judgement {
-    match ended {
-        Ended::Stopping => return Judgement::Stopping,
-        Ended::Superseded => return Judgement::Replan,
-        Ended::OnlyWaits => return Judgement::Wait(work.to_vec()),
-        Ended::Failed => {}
-    }
-    let culprit: Vec<String> = match work {
-        [one] => vec![one.clone()],
-        many => many
-            .iter()
-            .filter(|n| blamed.contains(n))
-            .cloned()
-            .collect(),
-    };
-    if culprit.is_empty() && work.len() > 1 {
-        return Judgement::RunAlone(work.to_vec());
-    }
-    Judgement::Blame(culprit)
 }
 
 impl Memory {
@@ -168,8 +141,7 @@ impl Memory {
             .unwrap_or(0)
             .saturating_add(1);
         let full = Duration::from_secs((1u64 << times.min(6).saturating_sub(1)).min(WAIT_MAX_SECS));
-        let drawn = crate::cluster::slots::claim_delay(node, "wait", &times.to_string(), full / 2);
-        let pause = full / 2 + drawn;
+        let pause = full / 2 + spread(&[node, "wait", &times.to_string()], full / 2);
         for n in names {
             let retry_at = Some(now + pause);
             self.waiting.insert(n.clone(), Waiting { times, retry_at });
@@ -224,40 +196,12 @@ impl Memory {
         self.aside_seen.retain(|n| aside.contains(n));
     }
 
-    /// The uninstalls blocked now, by their pods; returns those not reported before as they
-    /// are now.
-    pub fn blocked_now(
-        &mut self,
-        blocked: &BTreeMap<String, Vec<String>>,
-    ) -> Vec<(String, Vec<String>)> {
-        let new = blocked
-            .iter()
-            .filter(|(name, pods)| self.blocked_seen.get(*name) != Some(*pods))
-            .map(|(n, p)| (n.clone(), p.clone()))
-            .collect();
-        self.blocked_seen = blocked.clone();
-        new
-    }
-
-    /// A static/cluster conflict over `name` seen: true the first time (report it once).
-    pub fn conflict_seen(&mut self, name: &str) -> bool {
-        self.conflicts_seen.insert(name.to_string())
-    }
-
-    /// Only `conflicts` stand now: one that ends and comes back is reported again.
-    pub fn keep_conflicts_only<'a>(&mut self, conflicts: impl IntoIterator<Item = &'a String>) {
-        let now: BTreeSet<&String> = conflicts.into_iter().collect();
-        self.conflicts_seen.retain(|n| now.contains(n));
-    }
-
-    /// Forget the failures of Shims whose spec changed (tried at once) or that are gone
-    /// (except uninstalls, which are tried until they succeed).
-    pub fn forget_stale(&mut self, cluster: &[Shim]) {
+    /// Forget the failures of changes no longer wanted as they failed: a Shim whose spec
+    /// changed, or that is gone (its uninstall is tried at once), or that came back after its
+    /// uninstall failed. A failed uninstall is kept (and retried) while the Shim stays gone.
+    pub fn forget_stale(&mut self, wanted: &Wanted<'_>) {
         self.failures
-            .retain(|name, f| match cluster.iter().find(|s| s.name() == name) {
-                Some(s) => f.spec_key == spec_key(s) || f.spec_key == UNINSTALL_KEY,
-                None => f.spec_key == UNINSTALL_KEY,
-            });
+            .retain(|name, f| f.spec_key == wanted.key(name));
     }
 
     /// Record that `name` failed for `reason` now; returns the pause before its next try.
@@ -303,8 +247,8 @@ impl Memory {
 
     /// After a batch failed without naming its culprit, keep only the first Shim of `work`
     /// that waits to run alone (and the changes that do no real work). When none of `work`
-    /// waits to, the others are forgotten and the plan stays whole.
-    pub fn restrict_to_solo(&mut self, plan: &mut NodePlan, work: &[String]) {
+    /// waits to, the others are forgotten and the changes stay whole.
+    pub fn restrict_to_solo(&mut self, changes: &mut Vec<Change>, work: &[String]) {
         if self.solo.is_empty() {
             return;
         }
@@ -313,35 +257,21 @@ impl Memory {
             return;
         };
         self.solo.remove(&first);
-        plan.changes.retain(|c: &Change| {
+        changes.retain(|c: &Change| {
             let n = change_name(c);
             n == first || !work.iter().any(|w| w == n)
         });
     }
 
-    /// The next timer: a failure's retry, a Node write's retry, or `other` (the next check of
-    /// retained versions, while there are any).
+    /// The next timer: a failure's or a wait's retry, or `other` (the next check of retained
+    /// versions, while there are any; a Node write's retry).
     pub fn next_due(&self, other: Option<Instant>) -> Option<Instant> {
         self.failures
             .values()
             .filter_map(|f| f.retry_at)
             .chain(self.waiting.values().filter_map(|w| w.retry_at))
-            .chain(self.node_sync_due)
             .chain(other)
             .min()
-    }
-
-    /// A Node write failed: try again later, backing off.
-    pub fn node_sync_failed(&mut self, now: Instant) {
-        self.node_sync_failures += 1;
-        let secs = (NODE_SYNC_RETRY_SECS << self.node_sync_failures.min(6)).min(60);
-        self.node_sync_due = Some(now + Duration::from_secs(secs));
-    }
-
-    /// The Node is as the state says.
-    pub fn node_synced(&mut self) {
-        self.node_sync_due = None;
-        self.node_sync_failures = 0;
     }
 
     /// The Shims whose last change failed (for the status line).

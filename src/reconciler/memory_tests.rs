@@ -1,4 +1,6 @@
 use super::*;
+use crate::reconciler::judge::{Ended, Judgement, judge};
+use crate::retry::BACKOFF_BASE_SECS;
 
 #[test]
 fn one_change_is_its_own_culprit_and_an_unnamed_batch_runs_alone() {
@@ -51,17 +53,8 @@ fn a_failure_backs_off_doubling_and_is_held_until_then() {
 }
 
 #[test]
-fn what_was_reported_is_reported_again_only_once_it_changes() {
+fn a_set_aside_shim_is_reported_once_and_a_split_batch_reruns_at_once() {
     let mut m = Memory::default();
-    let pods =
-        |p: &[&str]| BTreeMap::from([("a".to_string(), p.iter().map(|s| s.to_string()).collect())]);
-    assert_eq!(m.blocked_now(&pods(&["p1"])).len(), 1);
-    assert!(m.blocked_now(&pods(&["p1"])).is_empty());
-    assert_eq!(m.blocked_now(&pods(&["p1", "p2"])).len(), 1);
-    assert!(m.conflict_seen("s"));
-    assert!(!m.conflict_seen("s"));
-    m.keep_conflicts_only(&Vec::<String>::new());
-    assert!(m.conflict_seen("s"), "a conflict that ended and came back");
     let note = FailureNote {
         reason: "AgentCrashed".into(),
         message: "m".into(),
@@ -115,30 +108,74 @@ fn a_change_that_waits_for_the_api_server_is_held_briefly_and_is_no_failure() {
 }
 
 #[test]
-fn node_writes_back_off_to_a_minute() {
-    let mut m = Memory::default();
+fn a_failing_shim_waits_its_pause_and_a_new_spec_runs_at_once() {
     let t0 = Instant::now();
-    for _ in 0..10 {
-        m.node_sync_failed(t0);
-    }
-    assert_eq!(m.node_sync_due, Some(t0 + Duration::from_secs(60)));
-    m.node_synced();
-    assert_eq!((m.node_sync_due, m.node_sync_failures), (None, 0));
+    let mut r = Memory::default();
+    let (k1, k2) = (shim_at("a", "1"), shim_at("a", "2"));
+    let m = String::new;
+    assert_eq!(
+        r.failed("a", Some(&k1), "DriftUnrepairable", m(), t0),
+        Duration::from_secs(BACKOFF_BASE_SECS)
+    );
+    assert_eq!(
+        r.failed("a", Some(&k1), "DriftUnrepairable", m(), t0),
+        Duration::from_secs(2 * BACKOFF_BASE_SECS)
+    );
+    let same = [k1.clone()];
+    r.forget_stale(&Wanted::new(&[], &same));
+    assert_eq!(r.held(t0), BTreeSet::from(["a".to_string()]));
+    assert!(r.held(t0 + Duration::from_secs(21)).is_empty());
+    let new = [k2];
+    r.forget_stale(&Wanted::new(&[], &new));
+    assert!(r.held(t0).is_empty(), "a new spec");
+    assert!(r.failing().is_empty());
+    r.failed("b", None, "x", m(), t0);
+    r.succeeded(&["b".to_string()]);
+    assert!(r.failing().is_empty());
+}
+
+#[test]
+fn a_failed_uninstall_stays_while_the_shim_is_gone_and_goes_when_it_comes_back() {
+    let t0 = Instant::now();
+    let mut r = Memory::default();
+    r.failed("a", None, "RolledBack", String::new(), t0);
+    r.forget_stale(&Wanted::default());
+    assert_eq!(r.failing(), vec!["a"], "still to be removed");
+    let back = [shim_at("a", "1")];
+    r.forget_stale(&Wanted::new(&back, &[]));
+    assert!(r.failing().is_empty(), "wanted again: installed at once");
+}
+
+#[test]
+fn a_static_shim_wins_over_the_clusters_of_its_name() {
+    let cluster = [shim_at("a", "1")];
+    let statics = [shim_at("a", "2")];
+    let w = Wanted::new(&cluster, &statics);
+    assert_eq!(w.key("a"), spec_key(&statics[0]));
+    assert_eq!(w.key("gone"), UNINSTALL_KEY);
+}
+
+/// A Shim `name` whose spec differs by `version`.
+fn shim_at(name: &str, version: &str) -> Shim {
+    let y = format!(
+        "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: {name}}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///{version}\", sha256: {}}}}}\n  runtimeClass: {{name: {name}}}\n",
+        "a".repeat(64)
+    );
+    crate::api::load::parse_shims(&y, "t.yaml")
+        .unwrap()
+        .remove(0)
 }
 
 /// A plan of uninstalls of `names` (the test needs no Shim objects).
-fn plan_of(names: &[&str]) -> NodePlan {
-    NodePlan {
-        changes: names
-            .iter()
-            .map(|n| Change::Uninstall(n.to_string()))
-            .collect(),
-        ..NodePlan::default()
-    }
+fn plan_of(names: &[&str]) -> Vec<Change> {
+    names
+        .iter()
+        .map(|n| Change::Uninstall(n.to_string()))
+        .collect()
 }
 
-fn names_of(plan: &NodePlan) -> Vec<&str> {
-    plan.changes.iter().map(change_name).collect()
+fn names_of(plan: &[Change]) -> Vec<&str> {
+    plan.iter().map(change_name).collect()
 }
 
 #[test]
