@@ -1,10 +1,17 @@
 //! The coordinator's plan for a Shim's slot Leases (docs/design.md §5), pure: which to
-//! create, close, open, free, retire, stamp and reserve, from the slots as read. The writes
+//! create, close, open, free, retire, stamp and reserve, from the slots as read; which writes
+//! go first ([`narrows`]); when a slot is stamped again for a changed fleet ([`retarget`]);
+//! which Leases an earlier Shim of the name left ([`orphan_slots`]). The writes
 //! themselves are [`super::slot_writes`]; what a slot is, and how a node claims one, is the
 //! shared protocol in [`crate::cluster::slots`].
 
 use std::collections::BTreeSet;
 
+use kube::ResourceExt;
+
+use crate::api::Shim;
+use crate::api::lease::ShimLease;
+use crate::cluster::reservations::few_rivals;
 use crate::cluster::slots::{Closed, Limits, Slot};
 
 /// One write the coordinator makes to a slot.
@@ -184,6 +191,56 @@ pub fn plan_stamps(
             index: s.index,
             resource_version: s.resource_version.clone(),
         })
+        .collect()
+}
+
+/// True for a write that takes capacity away (deletes or closes a slot). These go first, and
+/// the others (stamps of the new N, openings, frees) only once all of them landed: a node
+/// that claimed a slot above a shrunk N while the coordinator planned makes that slot's
+/// delete fail, and a slot below N left open and stamped with the new N would then admit
+/// one more holder than N allows (`tests/kube/fleet.rs` caught it). Without the stamps, the
+/// open slots still show the old N, under which their claims were planned.
+pub fn narrows(action: &SlotAction) -> bool {
+    match action {
+        SlotAction::Delete { .. } => true,
+        SlotAction::Mark { closed, .. } => closed.is_some(),
+        SlotAction::Create { .. }
+        | SlotAction::Free { .. }
+        | SlotAction::Stamp { .. }
+        | SlotAction::Reserve { .. } => false,
+    }
+}
+
+/// Whether `slot`'s targeted-nodes stamp must be written again for a Shim with `n` slots that
+/// targets `targeted` nodes: the nodes read "few rivals" from it, so it is restamped when
+/// that verdict changed (slots made before the coordinator's cache held the fleet, a fleet
+/// that grew or shrank), not at every change of the count.
+pub fn retarget(n: u32, slot: &Slot, targeted: u32) -> bool {
+    few_rivals(n, slot.targeted) != few_rivals(n, Some(targeted))
+}
+
+/// The Leases labelled as slots of `shim` that no Shim owns: left by an earlier Shim of the
+/// same name. A slot held when its Shim went keeps its holder's Node as an owner, so the
+/// garbage collector only strips the Shim's reference, and the Lease blocks the slot's name
+/// for a Shim created again under it. The coordinator deletes them. A Lease owned by another
+/// UID is left to the garbage collector: this coordinator's Shim may be the stale one.
+pub fn orphan_slots<'l>(
+    shim: &Shim,
+    leases: impl IntoIterator<Item = &'l ShimLease>,
+) -> Vec<&'l ShimLease> {
+    let Some(name) = shim.metadata.name.as_deref() else {
+        return Vec::new();
+    };
+    leases
+        .into_iter()
+        .filter(|l| {
+            l.metadata
+                .labels
+                .as_ref()
+                .and_then(|m| m.get(crate::cluster::slots::SLOT_SHIM_LABEL))
+                .is_some_and(|v| v == name)
+        })
+        .filter(|l| !l.owner_references().iter().any(|o| o.kind == "Shim"))
         .collect()
 }
 

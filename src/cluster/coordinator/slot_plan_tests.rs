@@ -205,3 +205,121 @@ fn the_coordinator_stamps_n_on_the_kept_slots_it_does_not_write_anyway() {
     };
     assert!(plan_stamps(none, &slots, &[], |_, _| true).is_empty());
 }
+
+/// The order of the writes, the targeted stamp and orphaned slots, with slots of N = 6.
+mod writes {
+    use super::*;
+    use crate::api::lease::ShimLease;
+    use crate::cluster::slots::{Closed, slot_name};
+    use kube::ResourceExt;
+
+    fn slot(index: u32, holder: Option<&str>) -> Slot {
+        Slot {
+            index,
+            holder: holder.map(str::to_string),
+            resource_version: format!("rv{index}"),
+            count: Some(6),
+            ..Slot::default()
+        }
+    }
+
+    #[test]
+    fn a_shrink_deletes_and_closes_before_it_stamps_the_new_n() {
+        // N 6 -> 2 with slot 0 held: slots 2..5 go (a delete each), slot 1 stays open
+        let slots: Vec<Slot> = (0..6).map(|i| slot(i, (i == 0).then_some("a"))).collect();
+        let limits = Limits {
+            slots: Some(2),
+            max_failures: 0,
+        };
+        let mut actions = plan_slots(limits, false, &slots, |_| false);
+        actions.extend(plan_stamps(limits, &slots, &actions, |_, _| false));
+        let (first, then): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
+        assert_eq!(first.len(), 4, "{first:?}");
+        assert!(first.iter().all(|a| matches!(a, SlotAction::Delete { .. })));
+        assert_eq!(then.len(), 2, "the stamps of slots 0 and 1: {then:?}");
+        assert!(then.iter().all(|a| matches!(a, SlotAction::Stamp { .. })));
+        // a closing mark narrows, an opening one does not
+        let mark = |closed| SlotAction::Mark {
+            index: 0,
+            closed,
+            resource_version: "r".into(),
+        };
+        assert!(narrows(&mark(Some(Closed::Budget))));
+        assert!(!narrows(&mark(None)));
+    }
+
+    #[test]
+    fn the_targeted_stamp_follows_the_fleet_when_it_changes_who_may_take_an_unreserved_slot() {
+        // slots made while the coordinator saw 3 nodes (N = 5: few rivals, any node takes a
+        // free slot at once); the fleet is 5000 now: restamped, or 5000 nodes rush every free
+        // slot
+        let limits = Limits {
+            slots: Some(5),
+            max_failures: 0,
+        };
+        let stamped = |i, t| Slot {
+            count: Some(5),
+            targeted: Some(t),
+            ..slot(i, None)
+        };
+        let stamps = |slots: &[Slot], targeted| {
+            plan_stamps(limits, slots, &[], |n, s| retarget(n, s, targeted))
+        };
+        let few: Vec<Slot> = (0..5).map(|i| stamped(i, 3)).collect();
+        let s = stamps(&few, 5000);
+        assert_eq!(s.len(), 5, "{s:?}");
+        assert!(s.iter().all(|a| matches!(a, SlotAction::Stamp { .. })));
+        // the fleet changed without changing the verdict: no write
+        let many: Vec<Slot> = (0..5).map(|i| stamped(i, 4000)).collect();
+        assert!(stamps(&many, 5000).is_empty());
+        assert!(stamps(&few, 4).is_empty());
+        // and back: the fleet shrank to fit its slots
+        assert_eq!(stamps(&many, 2).len(), 5);
+    }
+
+    #[test]
+    fn a_lease_labelled_for_the_shim_that_no_shim_owns_is_an_orphan() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let y = format!(
+            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s, uid: new}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
+            "a".repeat(64)
+        );
+        let shim = crate::api::load::parse_shims(&y, "t.yaml")
+            .unwrap()
+            .remove(0);
+        let lease = |label: &str, index: u32, owners: &[(&str, &str)]| {
+            let mut l = ShimLease::new(&slot_name(label, index), Default::default());
+            l.metadata.labels = Some(
+                [(
+                    crate::cluster::slots::SLOT_SHIM_LABEL.to_string(),
+                    label.to_string(),
+                )]
+                .into(),
+            );
+            l.metadata.owner_references = Some(
+                owners
+                    .iter()
+                    .map(|(kind, uid)| OwnerReference {
+                        kind: kind.to_string(),
+                        uid: uid.to_string(),
+                        ..OwnerReference::default()
+                    })
+                    .collect(),
+            );
+            l
+        };
+        let leases = [
+            lease("s", 0, &[("Shim", "new"), ("Node", "n1")]),
+            // another UID: the garbage collector's (this coordinator's Shim may be stale)
+            lease("s", 1, &[("Shim", "old"), ("Node", "n2")]),
+            // the garbage collector took the gone Shim's reference, its holder's Node stayed
+            lease("s", 2, &[("Node", "n3")]),
+            lease("t", 0, &[("Node", "n4")]),
+        ];
+        let orphans: Vec<String> = orphan_slots(&shim, &leases)
+            .iter()
+            .map(|l| l.name_any())
+            .collect();
+        assert_eq!(orphans, vec![slot_name("s", 2)]);
+    }
+}

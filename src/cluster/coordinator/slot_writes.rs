@@ -15,7 +15,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
 use super::CoordinatorError;
-use super::slot_plan::{SlotAction, plan_slots, plan_stamps};
+use super::slot_plan::{SlotAction, narrows, orphan_slots, plan_slots, plan_stamps, retarget};
 use super::status::{NodeView, with_rollout};
 use super::written::Written;
 use crate::api::lease::ShimLease;
@@ -24,62 +24,12 @@ use crate::api::{Shim, ShimStatus};
 use crate::cluster::lease_edits;
 use crate::cluster::nodestate::NodePhase;
 use crate::cluster::reservations::{
-    Reservations, Waiter, few_rivals, plan_reservations, slots_have_few_rivals,
+    Reservations, Waiter, plan_reservations, slots_have_few_rivals,
 };
 use crate::cluster::slots::{
     Limits, Slot, halted, limits, owned_by_node, resume_token, slot_index, slot_name, slot_of,
 };
 use crate::cluster::target::targets;
-
-/// True for a write that takes capacity away (deletes or closes a slot). These go first, and
-/// the others (stamps of the new N, openings, frees) only once all of them landed: a node
-/// that claimed a slot above a shrunk N while the coordinator planned makes that slot's
-/// delete fail, and a slot below N left open and stamped with the new N would then admit
-/// one more holder than N allows (`tests/kube/fleet.rs` caught it). Without the stamps, the
-/// open slots still show the old N, under which their claims were planned.
-fn narrows(action: &SlotAction) -> bool {
-    match action {
-        SlotAction::Delete { .. } => true,
-        SlotAction::Mark { closed, .. } => closed.is_some(),
-        SlotAction::Create { .. }
-        | SlotAction::Free { .. }
-        | SlotAction::Stamp { .. }
-        | SlotAction::Reserve { .. } => false,
-    }
-}
-
-/// Whether `slot`'s targeted-nodes stamp must be written again for a Shim with `n` slots that
-/// targets `targeted` nodes: the nodes read "few rivals" from it, so it is restamped when
-/// that verdict changed (slots made before the coordinator's cache held the fleet, a fleet
-/// that grew or shrank), not at every change of the count.
-pub fn retarget(n: u32, slot: &Slot, targeted: u32) -> bool {
-    few_rivals(n, slot.targeted) != few_rivals(n, Some(targeted))
-}
-
-/// The Leases labelled as slots of `shim` that no Shim owns: left by an earlier Shim of the
-/// same name. A slot held when its Shim went keeps its holder's Node as an owner, so the
-/// garbage collector only strips the Shim's reference, and the Lease blocks the slot's name
-/// for a Shim created again under it. The coordinator deletes them. A Lease owned by another
-/// UID is left to the garbage collector: this coordinator's Shim may be the stale one.
-pub fn orphan_slots<'l>(
-    shim: &Shim,
-    leases: impl IntoIterator<Item = &'l ShimLease>,
-) -> Vec<&'l ShimLease> {
-    let Some(name) = shim.metadata.name.as_deref() else {
-        return Vec::new();
-    };
-    leases
-        .into_iter()
-        .filter(|l| {
-            l.metadata
-                .labels
-                .as_ref()
-                .and_then(|m| m.get(crate::cluster::slots::SLOT_SHIM_LABEL))
-                .is_some_and(|v| v == name)
-        })
-        .filter(|l| !l.owner_references().iter().any(|o| o.kind == "Shim"))
-        .collect()
-}
 
 /// The slots of `shim` the coordinator sees, with their Leases.
 pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
@@ -366,121 +316,5 @@ impl Rollout {
                 None => Ok(()),
             },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cluster::slots::Closed;
-
-    fn slot(index: u32, holder: Option<&str>) -> Slot {
-        Slot {
-            index,
-            holder: holder.map(str::to_string),
-            resource_version: format!("rv{index}"),
-            count: Some(6),
-            ..Slot::default()
-        }
-    }
-
-    #[test]
-    fn a_shrink_deletes_and_closes_before_it_stamps_the_new_n() {
-        // N 6 -> 2 with slot 0 held: slots 2..5 go (a delete each), slot 1 stays open
-        let slots: Vec<Slot> = (0..6).map(|i| slot(i, (i == 0).then_some("a"))).collect();
-        let limits = Limits {
-            slots: Some(2),
-            max_failures: 0,
-        };
-        let mut actions = plan_slots(limits, false, &slots, |_| false);
-        actions.extend(plan_stamps(limits, &slots, &actions, |_, _| false));
-        let (first, then): (Vec<_>, Vec<_>) = actions.into_iter().partition(narrows);
-        assert_eq!(first.len(), 4, "{first:?}");
-        assert!(first.iter().all(|a| matches!(a, SlotAction::Delete { .. })));
-        assert_eq!(then.len(), 2, "the stamps of slots 0 and 1: {then:?}");
-        assert!(then.iter().all(|a| matches!(a, SlotAction::Stamp { .. })));
-        // a closing mark narrows, an opening one does not
-        let mark = |closed| SlotAction::Mark {
-            index: 0,
-            closed,
-            resource_version: "r".into(),
-        };
-        assert!(narrows(&mark(Some(Closed::Budget))));
-        assert!(!narrows(&mark(None)));
-    }
-
-    #[test]
-    fn the_targeted_stamp_follows_the_fleet_when_it_changes_who_may_take_an_unreserved_slot() {
-        // slots made while the coordinator saw 3 nodes (N = 5: few rivals, any node takes a
-        // free slot at once); the fleet is 5000 now: restamped, or 5000 nodes rush every free
-        // slot
-        let limits = Limits {
-            slots: Some(5),
-            max_failures: 0,
-        };
-        let stamped = |i, t| Slot {
-            count: Some(5),
-            targeted: Some(t),
-            ..slot(i, None)
-        };
-        let stamps = |slots: &[Slot], targeted| {
-            plan_stamps(limits, slots, &[], |n, s| retarget(n, s, targeted))
-        };
-        let few: Vec<Slot> = (0..5).map(|i| stamped(i, 3)).collect();
-        let s = stamps(&few, 5000);
-        assert_eq!(s.len(), 5, "{s:?}");
-        assert!(s.iter().all(|a| matches!(a, SlotAction::Stamp { .. })));
-        // the fleet changed without changing the verdict: no write
-        let many: Vec<Slot> = (0..5).map(|i| stamped(i, 4000)).collect();
-        assert!(stamps(&many, 5000).is_empty());
-        assert!(stamps(&few, 4).is_empty());
-        // and back: the fleet shrank to fit its slots
-        assert_eq!(stamps(&many, 2).len(), 5);
-    }
-
-    #[test]
-    fn a_lease_labelled_for_the_shim_that_no_shim_owns_is_an_orphan() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-        let y = format!(
-            "apiVersion: containerd.x-k8s.io/v1alpha1\nkind: Shim\nmetadata: {{name: s, uid: new}}\nspec:\n  fetchStrategy: {{type: anonymousHttp, anonHttp: {{location: \"file:///x\", sha256: {}}}}}\n  runtimeClass: {{name: s}}\n",
-            "a".repeat(64)
-        );
-        let shim = crate::api::load::parse_shims(&y, "t.yaml")
-            .unwrap()
-            .remove(0);
-        let lease = |label: &str, index: u32, owners: &[(&str, &str)]| {
-            let mut l = ShimLease::new(&slot_name(label, index), Default::default());
-            l.metadata.labels = Some(
-                [(
-                    crate::cluster::slots::SLOT_SHIM_LABEL.to_string(),
-                    label.to_string(),
-                )]
-                .into(),
-            );
-            l.metadata.owner_references = Some(
-                owners
-                    .iter()
-                    .map(|(kind, uid)| OwnerReference {
-                        kind: kind.to_string(),
-                        uid: uid.to_string(),
-                        ..OwnerReference::default()
-                    })
-                    .collect(),
-            );
-            l
-        };
-        let leases = [
-            lease("s", 0, &[("Shim", "new"), ("Node", "n1")]),
-            // another UID: the garbage collector's (this coordinator's Shim may be stale)
-            lease("s", 1, &[("Shim", "old"), ("Node", "n2")]),
-            // the garbage collector took the gone Shim's reference, its holder's Node stayed
-            lease("s", 2, &[("Node", "n3")]),
-            lease("t", 0, &[("Node", "n4")]),
-        ];
-        let orphans: Vec<String> = orphan_slots(&shim, &leases)
-            .iter()
-            .map(|l| l.name_any())
-            .collect();
-        assert_eq!(orphans, vec![slot_name("s", 2)]);
     }
 }
