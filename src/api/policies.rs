@@ -40,10 +40,9 @@ pub const RUNTIMECLASS_SHIMS_POLICY: &str = "shim-agent-runtimeclass-shims";
 pub const NODE_STATUS_POLICY: &str = "shim-agent-node-status";
 pub const NODE_TAINTS_POLICY: &str = "shim-agent-node-taints";
 
-/// The Node condition the agent keeps (`cluster::readiness::SHIMS_READY`).
-const SHIMS_READY: &str = "containerd.x-k8s.io/ShimsReady";
-/// The Node annotation naming the startup taint (`cluster::readiness::STARTUP_TAINT_ANNOTATION`).
-const STARTUP_TAINT: &str = "containerd.x-k8s.io/startup-taint";
+use super::names::{
+    FINALIZER, GROUP, SHIMS_READY, STARTUP_TAINT_ANNOTATION as STARTUP_TAINT, STATE_ANNOTATION,
+};
 
 /// The extra a node-bound ServiceAccount token carries: the Node it is bound to.
 const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
@@ -108,11 +107,8 @@ fn rules(group: &str, resource: &str, operations: &[&str]) -> serde_json::Value 
 /// Agents add and remove only the `containerd.x-k8s.io/cleanup` finalizer of a Shim. Status is
 /// a subresource and is not matched.
 pub fn shim_writes() -> serde_json::Value {
-    let finalizers = |o: &str| {
-        format!(
-            "{o}.metadata.?finalizers.orValue([]).filter(f, f != 'containerd.x-k8s.io/cleanup')"
-        )
-    };
+    let finalizers =
+        |o: &str| format!("{o}.metadata.?finalizers.orValue([]).filter(f, f != '{FINALIZER}')");
     serde_json::json!({
         "metadata": meta(SHIM_WRITES_POLICY),
         "spec": {
@@ -133,7 +129,7 @@ pub fn shim_writes() -> serde_json::Value {
                 },
                 {
                     "expression": format!("{} == {}", finalizers("object"), finalizers("oldObject")),
-                    "message": "shim-agent identities may only add or remove the containerd.x-k8s.io/cleanup finalizer",
+                    "message": format!("shim-agent identities may only add or remove the {FINALIZER} finalizer"),
                 },
             ],
         },
@@ -263,7 +259,7 @@ pub fn node_writes() -> serde_json::Value {
                 {"name": "newL", "expression": "request.operation == 'DELETE' ? {} : object.metadata.?labels.orValue({})"},
                 {"name": "oldA", "expression": "request.operation == 'CREATE' ? {} : oldObject.metadata.?annotations.orValue({})"},
                 {"name": "newA", "expression": "request.operation == 'DELETE' ? {} : object.metadata.?annotations.orValue({})"},
-                {"name": "mine", "expression": format!("['containerd.x-k8s.io/shim-state', '{STARTUP_TAINT}']")},
+                {"name": "mine", "expression": format!("['{STATE_ANNOTATION}', '{STARTUP_TAINT}']")},
             ],
             "validations": [
                 {
@@ -272,7 +268,7 @@ pub fn node_writes() -> serde_json::Value {
                 },
                 {
                     "expression": format!("request.operation != 'UPDATE' || (object.spec == oldObject.spec && variables.newL.all(k, {ours} || (k in variables.oldL && variables.oldL[k] == variables.newL[k])) && variables.oldL.all(k, {ours} || k in variables.newL) && variables.newA.all(k, k in variables.mine || (k in variables.oldA && variables.oldA[k] == variables.newA[k])) && variables.oldA.all(k, k in variables.mine || k in variables.newA))"),
-                    "message": "a shim-agent node identity may change only its Node's containerd.x-k8s.io/ labels and its containerd.x-k8s.io/shim-state and containerd.x-k8s.io/startup-taint annotations",
+                    "message": format!("a shim-agent node identity may change only its Node's {GROUP}/ labels and its {STATE_ANNOTATION} and {STARTUP_TAINT} annotations"),
                 },
                 {
                     "expression": format!("request.operation != 'UPDATE' || ({} && {})", same_list("ownerReferences"), same_list("finalizers")),

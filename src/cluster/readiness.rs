@@ -9,11 +9,7 @@ use super::nodestate::{NodePhase, NodeStates};
 use crate::api::names::GROUP;
 use crate::text::{MESSAGE_MAX_BYTES, clip};
 
-/// The Node condition type.
-pub const SHIMS_READY: &str = "containerd.x-k8s.io/ShimsReady";
-/// Annotation on the Node: the startup taint (`key:Effect`) the agent's settings name, to
-/// come off once [`SHIMS_READY`] is True.
-pub const STARTUP_TAINT_ANNOTATION: &str = "containerd.x-k8s.io/startup-taint";
+pub use crate::api::names::{SHIMS_READY, STARTUP_TAINT_ANNOTATION};
 
 /// `kubernetes.startup-taint`: a taint key under `containerd.x-k8s.io/` and an effect.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,8 +2,10 @@
 //! kept for next, so that a hand-off reaches one node instead of every node waiting behind it.
 //!
 //! The coordinator labels each open slot, held or free, with the node that takes it next
-//! (`containerd.x-k8s.io/slot-reserved-for`); a waiting node watches only the slots reserved
-//! for it (a label selector) and claims one once it is free, as it claims any slot. Nobody
+//! (`containerd.x-k8s.io/slot-reserved-for`) and names it on that node's Node
+//! (`cluster::reservation_hints`); the waiting node watches that one slot, by name, and
+//! claims it once it is free, as it claims any slot (a node with no Node at hand, at start,
+//! watches the slots reserved for it by label). Nobody
 //! else may take a slot reserved for another node (the admission policy), and no node may
 //! write the label.
 //!

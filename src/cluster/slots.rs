@@ -35,8 +35,7 @@ pub use crate::api::lease::{
     SLOT_CLOSED, SLOT_COUNT, SLOT_FAILED, SLOT_FREED, SLOT_HOLDER_LABEL, SLOT_RESERVED_LABEL,
     SLOT_SHIM_LABEL, SLOT_TARGETED,
 };
-/// Annotation on a Shim: a new value resumes a halted rollout.
-pub const RESUME_ANNOTATION: &str = "containerd.x-k8s.io/resume-rollout";
+pub use crate::api::names::RESUME_ANNOTATION;
 
 /// The name of slot `index` of `shim`.
 pub fn slot_name(shim: &str, index: u32) -> String {

@@ -21,7 +21,7 @@ use super::SlotGate;
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
 use crate::cluster::lease_edits;
-use crate::cluster::slots::{Claim, Closed, SLOT_SHIM_LABEL, candidates, claim, slot_of};
+use crate::cluster::slots::{Claim, SLOT_SHIM_LABEL, slot_of};
 use crate::txn::error::GateError;
 
 impl<'a> SlotGate<'a> {
@@ -116,14 +116,7 @@ impl<'a> SlotGate<'a> {
     async fn try_one(&self, shim: &Shim, leases: &[ShimLease]) -> Option<ShimLease> {
         let name = shim.name_any();
         let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
-        let n = slots
-            .iter()
-            .filter(|s| s.closed != Some(Closed::Retired))
-            .count() as u32;
-        // every slot, in this node's rendezvous order (so nodes trying at once spread out)
-        let order = candidates(&self.my_uid, &name, n, n as usize, &Default::default());
-        let few = self.few_rivals(shim, leases);
-        let tries = match claim(&self.me, &slots, &order, few) {
+        let tries = match super::decide::after_list(&self.me, &self.my_uid, &name, &slots).claim {
             Claim::Adopt(i) => vec![i],
             Claim::Take(tries) => tries,
             Claim::Wait => return None,

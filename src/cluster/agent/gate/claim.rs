@@ -1,6 +1,5 @@
 //! Taking a slot, for both ways of waiting for one (`contend.rs`, `hinted.rs`): what a list
-//! of a Shim's slots showed, how a wait ended, whether a slot is this node's to take, the
-//! claim itself (a replace guarded by the version it saw), and what interrupts a wait (the
+//! of a Shim's slots showed, how a wait ended, the claim itself (a replace guarded by the version it saw), and what interrupts a wait (the
 //! agent stops, or the wait for a first slot is superseded).
 
 use std::time::Duration;
@@ -11,7 +10,6 @@ use kube::api::PostParams;
 use super::{SlotGate, gone};
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
-use crate::cluster::slots::{Claim, claim, slot_of};
 use crate::txn::error::GateError;
 
 /// How soon a node lists again when its watch did not start.
@@ -38,17 +36,6 @@ pub struct Seen<'s> {
 }
 
 impl SlotGate<'_> {
-    /// Whether `lease` is a slot of `shim` this node may take now, as [`claim`] decides from
-    /// its list: free, open, and reserved for it (or for nobody, with few rivals); or held by
-    /// it already (an adopt that a write of the coordinator beat: without it, the node
-    /// waited beside its own slot until its relist).
-    pub(super) fn mine_to_take(&self, shim: &Shim, lease: &ShimLease, few_rivals: bool) -> bool {
-        slot_of(shim, lease).is_some_and(|s| {
-            let i = s.index;
-            claim(&self.me, &[s], &[i], few_rivals) != Claim::Wait
-        })
-    }
-
     /// Take `lease`: `None` when another node was quicker (a 409), or it went (a 404).
     pub(super) async fn claim(
         &self,

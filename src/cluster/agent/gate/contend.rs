@@ -28,9 +28,9 @@ use kube::api::{WatchEvent, WatchParams};
 
 use super::SlotGate;
 use super::claim::{RETRY_WATCH, Seen, Waited};
+use super::decide::{Watched, on_watched};
 use crate::api::Shim;
 use crate::api::lease::SLOT_RESERVED_LABEL;
-use crate::cluster::reservations::slots_have_few_rivals;
 use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_of};
 use crate::txn::error::GateError;
 
@@ -103,13 +103,10 @@ impl SlotGate<'_> {
             tokio::select! {
                 ev = events.next() => match ev {
                     Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
-                        // the coordinator restamped the slots (the fleet outgrew them): list
-                        // again, and wait for a reservation
-                        if all && slot_of(shim, &l).is_some() && !slots_have_few_rivals([&l]) {
-                            return Ok(Waited::Relist);
-                        }
-                        if !self.mine_to_take(shim, &l, all) {
-                            continue;
+                        match on_watched(&self.me, slot_of(shim, &l).as_ref(), all) {
+                            Watched::Take => {}
+                            Watched::Relist => return Ok(Waited::Relist),
+                            Watched::Pass => continue,
                         }
                         // a rival was first: the watch brings what came next
                         if let Some(l) = self.claim(shim, l).await? {

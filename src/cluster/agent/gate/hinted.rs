@@ -21,10 +21,11 @@ use tokio::sync::watch;
 
 use super::SlotGate;
 use super::claim::{RETRY_WATCH, Seen, Waited};
+use super::decide::{Watched, on_watched};
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
 use crate::cluster::reservation_hints;
-use crate::cluster::slots::slot_name;
+use crate::cluster::slots::{slot_name, slot_of};
 use crate::txn::error::GateError;
 
 /// This node's Node as its agent's cache holds it, and a count of its changes.
@@ -100,7 +101,8 @@ impl SlotGate<'_> {
                     }
                     ev = next(&mut events) => match ev {
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
-                            if self.mine_to_take(shim, &l, false)
+                            let slot = slot_of(shim, &l);
+                            if on_watched(&self.me, slot.as_ref(), false) == Watched::Take
                                 && let Some(l) = self.claim(shim, l).await?
                             {
                                 return Ok(Waited::Took(Box::new(l)));

@@ -38,8 +38,7 @@ use crate::api::{RolloutType, Shim};
 use crate::cluster::api_answer::ApiAnswer;
 use crate::cluster::lease_edits;
 use crate::cluster::slots::{
-    Claim, Closed, Failure, SLOT_FAILED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL, candidates, claim,
-    resume_token, slot_of,
+    Claim, Failure, SLOT_FAILED, SLOT_HOLDER_LABEL, SLOT_SHIM_LABEL, resume_token, slot_of,
 };
 use crate::txn::Gate;
 use crate::txn::error::GateError;
@@ -47,9 +46,9 @@ use crate::txn::error::GateError;
 mod batch;
 mod claim;
 mod contend;
+mod decide;
 mod hinted;
 
-pub use crate::cluster::reservations::{few_rivals, slots_have_few_rivals};
 pub use hinted::NodeHints;
 
 /// How a node waits for slots.
@@ -254,19 +253,8 @@ impl<'a> SlotGate<'a> {
             let rv = list.metadata.resource_version.clone().unwrap_or_default();
             let leases: Vec<ShimLease> = list.items;
             let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
-            let n = slots
-                .iter()
-                .filter(|s| s.closed != Some(Closed::Retired))
-                .count() as u32;
-            let skip: BTreeSet<u32> = slots
-                .iter()
-                .filter(|s| !s.is_free() && s.failed.is_some())
-                .map(|s| s.index)
-                .collect();
-            // every slot, in this node's rendezvous order (so nodes claiming at once spread)
-            let order = candidates(&self.my_uid, &name, n, n as usize, &skip);
-            let few = self.few_rivals(shim, &leases);
-            let at_once = match claim(&self.me, &slots, &order, few) {
+            let listed = decide::after_list(&self.me, &self.my_uid, &name, &slots);
+            let at_once = match listed.claim {
                 Claim::Adopt(i) => {
                     tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
                     vec![i]
@@ -284,14 +272,10 @@ impl<'a> SlotGate<'a> {
                 }
             }
             crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
-            let reserved = slots
-                .iter()
-                .find(|s| s.reserved.as_deref() == Some(&*self.me) && s.is_open())
-                .map(|s| s.index);
             let seen = claim::Seen {
                 resource_version: &rv,
-                few_rivals: few,
-                reserved,
+                few_rivals: listed.few_rivals,
+                reserved: listed.reserved,
             };
             match self.contend(shim, seen).await? {
                 claim::Waited::Took(l) => return Ok(*l),
@@ -342,12 +326,6 @@ impl<'a> SlotGate<'a> {
                 format!("cannot take slot {i} of {name}: {e}"),
             )),
         }
-    }
-
-    /// Whether a free slot of `shim` reserved for nobody is taken at once, as its slots in
-    /// `leases` say.
-    fn few_rivals(&self, shim: &Shim, leases: &[ShimLease]) -> bool {
-        slots_have_few_rivals(leases.iter().filter(|l| slot_of(shim, l).is_some()))
     }
 
     fn shutting_down(&self) -> bool {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cluster::reservations::few_rivals;
 
 #[test]
 fn a_slot_reserved_for_nobody_is_taken_at_once_only_while_the_targeted_fit_in_n() {
