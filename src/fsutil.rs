@@ -1,4 +1,4 @@
-//! Crash-safe file writes: temp file in the same directory → fsync → rename → fsync of the
+//! Crash-safe file writes, and the directories they need: temp file in the same directory → fsync → rename → fsync of the
 //! directory. A reader sees the old bytes or the new bytes, never a mix, and after the call
 //! returns the new bytes survive a power loss.
 
@@ -123,6 +123,57 @@ pub fn remove_durable(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// A directory [`create_missing_dirs`] could not create, and why.
+#[derive(Debug)]
+pub struct DirError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+impl From<DirError> for io::Error {
+    fn from(e: DirError) -> Self {
+        io::Error::new(
+            e.source.kind(),
+            format!("cannot create {}: {}", e.path.display(), e.source),
+        )
+    }
+}
+
+/// Create `dir` and its missing parents (with `mode`, else the umask's), and return the ones
+/// this call created, outermost first, so the caller can take them away again. A directory
+/// made meanwhile by someone else is not counted: not this call's to take away. When one
+/// cannot be created, those created before it are removed again.
+pub fn create_missing_dirs(dir: &Path, mode: Option<u32>) -> Result<Vec<PathBuf>, DirError> {
+    let mut missing = Vec::new();
+    let mut cur = Some(dir);
+    while let Some(d) = cur {
+        if d.exists() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        cur = d.parent();
+    }
+    missing.reverse();
+    let mut created: Vec<PathBuf> = Vec::new();
+    for d in missing {
+        match fs::create_dir(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => continue,
+            Err(source) => {
+                for c in created.iter().rev() {
+                    let _ = fs::remove_dir(c);
+                }
+                return Err(DirError { path: d, source });
+            }
+        }
+        if let Some(m) = mode {
+            let _ = fs::set_permissions(&d, fs::Permissions::from_mode(m));
+        }
+        created.push(d);
+    }
+    Ok(created)
+}
+
 /// Remove the directory `path` when it is empty, durably; `Ok(false)` when it holds
 /// something or does not exist.
 pub fn remove_dir_if_empty(path: &Path) -> io::Result<bool> {
@@ -147,6 +198,32 @@ pub fn remove_dir_if_empty(path: &Path) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_dirs_are_created_outermost_first_and_taken_back_when_one_cannot_be() {
+        let d = tempfile::tempdir().unwrap();
+        let deep = d.path().join("a/b/c");
+        let made = create_missing_dirs(&deep, Some(0o750)).unwrap();
+        assert_eq!(
+            made,
+            [d.path().join("a"), d.path().join("a/b"), deep.clone()]
+        );
+        assert_eq!(
+            fs::metadata(&deep).unwrap().permissions().mode() & 0o777,
+            0o750
+        );
+        assert!(
+            create_missing_dirs(&deep, None).unwrap().is_empty(),
+            "all there"
+        );
+        // the last one cannot be made (its name is too long): the one made before it goes again
+        let bad = d.path().join("n").join("l".repeat(300));
+        let e = create_missing_dirs(&bad, None).unwrap_err();
+        assert_eq!(e.path, bad);
+        assert!(!d.path().join("n").exists(), "taken back");
+        let io: io::Error = e.into();
+        assert!(io.to_string().contains("/n/lll"), "{io}");
+    }
 
     #[test]
     fn replaces_content_and_keeps_mode() {

@@ -194,33 +194,8 @@ pub fn place_binary(
 
 /// Create missing directories (0755); returns the ones created, outermost first.
 pub(super) fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>, ArtifactError> {
-    let mut missing = Vec::new();
-    let mut cur = Some(dir);
-    while let Some(d) = cur {
-        if d.exists() {
-            break;
-        }
-        missing.push(d.to_path_buf());
-        cur = d.parent();
-    }
-    missing.reverse();
-    let mut created = Vec::new();
-    for d in missing {
-        match fs::create_dir(&d) {
-            Ok(()) => {}
-            // made meanwhile by a placement beside this one: not ours to take away
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => continue,
-            Err(e) => {
-                for c in created.iter().rev() {
-                    let _ = fs::remove_dir(c);
-                }
-                return Err(ArtifactError::io("create directory", &d, e));
-            }
-        }
-        let _ = fs::set_permissions(&d, fs::Permissions::from_mode(0o755));
-        created.push(d);
-    }
-    Ok(created)
+    crate::fsutil::create_missing_dirs(dir, Some(0o755))
+        .map_err(|e| ArtifactError::io("create directory", &e.path, e.source))
 }
 
 /// Copy `src` to `dest` (root-owned, `mode`) through a temp sibling; Ok(true) if an

@@ -24,19 +24,8 @@ pub struct Undo {
 impl Undo {
     /// Create `dir` and its missing parents, remembering each one created.
     pub fn create_dir_all(&mut self, dir: &Path) -> std::io::Result<()> {
-        let mut missing = Vec::new();
-        let mut cur = Some(dir);
-        while let Some(d) = cur {
-            if d.exists() {
-                break;
-            }
-            missing.push(d.to_path_buf());
-            cur = d.parent();
-        }
-        for d in missing.into_iter().rev() {
-            std::fs::create_dir(&d)?;
-            self.dirs.push(d);
-        }
+        let created = fsutil::create_missing_dirs(dir, None)?;
+        self.dirs.extend(created);
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use shim_agent::events::EVENTS_AT_ONCE;
 
-use crate::support::agent_rig::{Rig, cluster_node, run_agent};
+use crate::support::agent_rig::{Rig, with_coordinator_and_agent};
 use crate::support::kube::{SERIAL, eventually, hold_as_watch};
 use crate::support::live::{fake, shim_yaml};
 
@@ -42,50 +42,50 @@ async fn a_round_waits_for_no_event_and_sends_a_few_at_a_time() {
         })
         .await;
     let f = fake(&rig.w);
-    let n = cluster_node(&rig.w, &f);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = rig.spawn_coordinator(stop.clone()).await;
-    let agent = run_agent(&n, client, &rig.name, stop.clone());
-    let body = async {
-        let docs: Vec<String> = batch
-            .iter()
-            .map(|s| shim_yaml(&rig.w, s, "1", ("test", "kevents")))
-            .collect();
-        let (ok, out) = rig.env.apply(&docs.join("---\n"));
-        assert!(ok, "{out}");
-        eventually(60, "the batch labelled", || async {
-            let mut all = true;
-            for s in batch {
-                all &= rig.label(s).await.as_deref() == Some("true");
-            }
-            all.then_some(())
-        })
-        .await;
-        eventually(10, "the batch's first Event writes under way", || async {
-            (held.load(Ordering::SeqCst) >= EVENTS_AT_ONCE).then_some(())
-        })
-        .await;
-        // the next round goes ahead while those writes are held (a round that waited for its
-        // Events gave up on them only after 5 s)
-        let (ok, out) = rig
-            .env
-            .apply(&shim_yaml(&rig.w, late, "1", ("test", "kevents")));
-        assert!(ok, "{out}");
-        eventually(
-            3,
-            "the next Shim labelled while the Events are held",
-            || async { (rig.label(late).await.as_deref() == Some("true")).then_some(()) },
-        )
-        .await;
-        assert_eq!(
-            held.load(Ordering::SeqCst),
-            EVENTS_AT_ONCE,
-            "more Event writes under way at once than an agent allows"
-        );
-        let _ = stop_tx.send(true);
-    };
-    tokio::join!(agent, body);
-    let _ = coordinator.await;
+    with_coordinator_and_agent(
+        &rig,
+        &f,
+        client,
+        |_| {},
+        || async {
+            let docs: Vec<String> = batch
+                .iter()
+                .map(|s| shim_yaml(&rig.w, s, "1", ("test", "kevents")))
+                .collect();
+            let (ok, out) = rig.env.apply(&docs.join("---\n"));
+            assert!(ok, "{out}");
+            eventually(60, "the batch labelled", || async {
+                let mut all = true;
+                for s in batch {
+                    all &= rig.label(s).await.as_deref() == Some("true");
+                }
+                all.then_some(())
+            })
+            .await;
+            eventually(10, "the batch's first Event writes under way", || async {
+                (held.load(Ordering::SeqCst) >= EVENTS_AT_ONCE).then_some(())
+            })
+            .await;
+            // the next round goes ahead while those writes are held (a round that waited for its
+            // Events gave up on them only after 5 s)
+            let (ok, out) = rig
+                .env
+                .apply(&shim_yaml(&rig.w, late, "1", ("test", "kevents")));
+            assert!(ok, "{out}");
+            eventually(
+                3,
+                "the next Shim labelled while the Events are held",
+                || async { (rig.label(late).await.as_deref() == Some("true")).then_some(()) },
+            )
+            .await;
+            assert_eq!(
+                held.load(Ordering::SeqCst),
+                EVENTS_AT_ONCE,
+                "more Event writes under way at once than an agent allows"
+            );
+        },
+    )
+    .await;
     for s in batch.iter().chain([&late]) {
         rig.fresh(s).await;
     }

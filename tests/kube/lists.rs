@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::agent_rig::{Rig, cluster_node, run_agent};
+use crate::support::agent_rig::{Rig, with_coordinator_and_agent};
 use crate::support::kube::{SERIAL, eventually};
 use crate::support::live::{fake, shim_yaml};
 
@@ -70,31 +70,31 @@ async fn the_agent_lists_from_the_watch_cache_never_with_a_quorum_read() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let client = recording_client(&rig, seen.clone()).await;
     let f = fake(&rig.w);
-    let n = cluster_node(&rig.w, &f);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = rig.spawn_coordinator(stop.clone()).await;
-    let agent = run_agent(&n, client, &rig.name, stop.clone());
-    let body = async {
-        // two Shims at once: the agent's caches, a batch of slots, and each Shim's read
-        let docs: Vec<String> = shims
-            .iter()
-            .map(|s| shim_yaml(&rig.w, s, "1", ("test", "lists")))
-            .collect();
-        let (ok, out) = rig.env.apply(&docs.join("---\n"));
-        assert!(ok, "{out}");
-        eventually(60, "both Shims installed", || async {
-            let mut all = true;
-            for s in shims {
-                all &= rig.label(s).await.as_deref() == Some("true");
-            }
-            all.then_some(())
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let _ = stop_tx.send(true);
-    };
-    tokio::join!(agent, body);
-    let _ = coordinator.await;
+    with_coordinator_and_agent(
+        &rig,
+        &f,
+        client,
+        |_| {},
+        || async {
+            // two Shims at once: the agent's caches, a batch of slots, and each Shim's read
+            let docs: Vec<String> = shims
+                .iter()
+                .map(|s| shim_yaml(&rig.w, s, "1", ("test", "lists")))
+                .collect();
+            let (ok, out) = rig.env.apply(&docs.join("---\n"));
+            assert!(ok, "{out}");
+            eventually(60, "both Shims installed", || async {
+                let mut all = true;
+                for s in shims {
+                    all &= rig.label(s).await.as_deref() == Some("true");
+                }
+                all.then_some(())
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        },
+    )
+    .await;
     let seen = seen.lock().unwrap().clone();
     let lists = |c: &str| {
         seen.iter()

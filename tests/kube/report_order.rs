@@ -9,10 +9,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::support::agent_rig::{Rig, cluster_node, run_agent};
+use crate::support::agent_rig::{Rig, with_coordinator_and_agent};
 use crate::support::kube::{SERIAL, eventually, hold_as_watch};
 use crate::support::live::{fake, shim_yaml};
-use shim_agent::cluster::agent::{Agent, Exit};
 
 /// How long the API server holds each of the agent's Event writes here.
 const HELD_SECS: u64 = 15;
@@ -54,41 +53,41 @@ async fn a_label_waits_for_no_event_of_its_round_nor_of_the_round_before() {
     })
     .await;
     let f = fake(&rig.w);
-    let n = cluster_node(&rig.w, &f);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = rig.spawn_coordinator(stop.clone()).await;
-    let agent = run_agent(&n, client, &rig.name, stop.clone());
-    let body = async {
-        let (ok, out) = rig
-            .env
-            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "report-order")));
-        assert!(ok, "{out}");
-        // the label comes before the round's two Installed Events (held HELD_SECS each) end:
-        // reported after them, it would come 2 × HELD_SECS after the install
-        eventually(
-            HELD_SECS - 3,
-            "the label, while the Events are held",
-            || async { (rig.label(shim).await.as_deref() == Some("true")).then_some(()) },
-        )
-        .await;
-        eventually(HELD_SECS - 3, "the round's Events sent", || async {
-            (held.load(Ordering::SeqCst) >= 2).then_some(())
-        })
-        .await;
-        // and the next round does not wait for them either: an Event write is given up
-        // after EVENT_WITHIN (5 s), where it once held the agent until the server let go
-        let (ok, out) = rig
-            .env
-            .apply(&shim_yaml(&rig.w, second, "1", ("test", "report-order")));
-        assert!(ok, "{out}");
-        eventually(HELD_SECS - 3, "the next Shim's label", || async {
-            (rig.label(second).await.as_deref() == Some("true")).then_some(())
-        })
-        .await;
-        let _ = stop_tx.send(true);
-    };
-    tokio::join!(agent, body);
-    let _ = coordinator.await;
+    with_coordinator_and_agent(
+        &rig,
+        &f,
+        client,
+        |_| {},
+        || async {
+            let (ok, out) = rig
+                .env
+                .apply(&shim_yaml(&rig.w, shim, "1", ("test", "report-order")));
+            assert!(ok, "{out}");
+            // the label comes before the round's two Installed Events (held HELD_SECS each) end:
+            // reported after them, it would come 2 × HELD_SECS after the install
+            eventually(
+                HELD_SECS - 3,
+                "the label, while the Events are held",
+                || async { (rig.label(shim).await.as_deref() == Some("true")).then_some(()) },
+            )
+            .await;
+            eventually(HELD_SECS - 3, "the round's Events sent", || async {
+                (held.load(Ordering::SeqCst) >= 2).then_some(())
+            })
+            .await;
+            // and the next round does not wait for them either: an Event write is given up
+            // after EVENT_WITHIN (5 s), where it once held the agent until the server let go
+            let (ok, out) =
+                rig.env
+                    .apply(&shim_yaml(&rig.w, second, "1", ("test", "report-order")));
+            assert!(ok, "{out}");
+            eventually(HELD_SECS - 3, "the next Shim's label", || async {
+                (rig.label(second).await.as_deref() == Some("true")).then_some(())
+            })
+            .await;
+        },
+    )
+    .await;
     rig.force_delete(shim).await;
     rig.force_delete(second).await;
 }
@@ -108,37 +107,30 @@ async fn a_label_does_not_wait_for_the_release_of_its_slot() {
     })
     .await;
     let f = fake(&rig.w);
-    let n = cluster_node(&rig.w, &f);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let coordinator = rig.spawn_coordinator(stop.clone()).await;
-    let agent = async {
-        let mut agent = Agent::new(&n, client, rig.name.clone());
-        agent.gate_timings.fresh = std::time::Duration::from_secs(60);
-        let (store, mut state) = agent.node.open().await.unwrap();
-        let (_files_tx, mut files) = tokio::sync::mpsc::channel(1);
-        let exit = agent.run(&store, &mut state, stop.clone(), &mut files, || false);
-        assert_eq!(exit.await.unwrap(), Exit::Shutdown);
-    };
-    let body = async {
-        let (ok, out) = rig
-            .env
-            .apply(&shim_yaml(&rig.w, shim, "1", ("test", "release-order")));
-        assert!(ok, "{out}");
-        // given back before the label patch, the label would come after the held release
-        eventually(
-            HELD_SECS - 3,
-            "the label, while the release of its slot is held",
-            || async { (rig.label(shim).await.as_deref() == Some("true")).then_some(()) },
-        )
-        .await;
-        eventually(HELD_SECS - 3, "the release sent", || async {
-            (held.load(Ordering::SeqCst) >= 1).then_some(())
-        })
-        .await;
-        assert_eq!(*f.restarts.borrow(), 1, "one containerd restart");
-        let _ = stop_tx.send(true);
-    };
-    tokio::join!(agent, body);
-    let _ = coordinator.await;
+    with_coordinator_and_agent(
+        &rig,
+        &f,
+        client,
+        |agent| agent.gate_timings.fresh = std::time::Duration::from_secs(60),
+        || async {
+            let (ok, out) = rig
+                .env
+                .apply(&shim_yaml(&rig.w, shim, "1", ("test", "release-order")));
+            assert!(ok, "{out}");
+            // given back before the label patch, the label would come after the held release
+            eventually(
+                HELD_SECS - 3,
+                "the label, while the release of its slot is held",
+                || async { (rig.label(shim).await.as_deref() == Some("true")).then_some(()) },
+            )
+            .await;
+            eventually(HELD_SECS - 3, "the release sent", || async {
+                (held.load(Ordering::SeqCst) >= 1).then_some(())
+            })
+            .await;
+            assert_eq!(*f.restarts.borrow(), 1, "one containerd restart");
+        },
+    )
+    .await;
     rig.fresh(shim).await;
 }

@@ -36,6 +36,36 @@ fn clean_agent_files(env: &NodeEnv) {
     }
 }
 
+/// What each live-transaction test starts from: a node without an earlier test's agent files,
+/// the demo artifact (version 1) on the host, and the node's config files as they were.
+struct Start {
+    env: NodeEnv,
+    /// Holds the artifact: kept until the test ends.
+    tmp: tempfile::TempDir,
+    url: String,
+    sha: String,
+    root: HostRoot,
+    settings: Settings,
+    original: BTreeMap<PathBuf, Vec<u8>>,
+}
+
+/// [`Start`] on the node env for test `name`; `None` (skipped) when no node env runs.
+async fn start(name: &str) -> Option<Start> {
+    let env = node_env(name).await?;
+    clean_agent_files(&env);
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, sha) = demo_artifact(&env, tmp.path());
+    Some(Start {
+        root: env.host_root(),
+        settings: Settings::default(),
+        original: env.config_files(),
+        env,
+        tmp,
+        url,
+        sha,
+    })
+}
+
 /// The node's runc shim (of the node's containerd) packaged as `containerd-shim-demo-v2` in a
 /// .tar.gz on the host.
 fn demo_artifact(env: &NodeEnv, dir: &Path) -> (String, String) {
@@ -134,15 +164,18 @@ async fn invocation(env: &NodeEnv) -> String {
 
 #[tokio::test]
 async fn install_restarts_over_dbus_cri_serves_the_handler_and_ctr_runs_through_the_new_shim() {
-    let Some(env) = node_env("txn_install").await else {
+    let Some(Start {
+        env,
+        url,
+        sha,
+        root,
+        settings,
+        original,
+        tmp: _tmp,
+    }) = start("txn_install").await
+    else {
         return;
     };
-    clean_agent_files(&env);
-    let tmp = tempfile::tempdir().unwrap();
-    let (url, sha) = demo_artifact(&env, tmp.path());
-    let root = env.host_root();
-    let settings = Settings::default();
-    let original = env.config_files();
     let before = invocation(&env).await;
 
     let report = env
@@ -194,15 +227,18 @@ async fn install_restarts_over_dbus_cri_serves_the_handler_and_ctr_runs_through_
 
 #[tokio::test]
 async fn an_upgrade_switches_the_served_binary_and_a_refused_one_keeps_the_old_version() {
-    let Some(env) = node_env("txn_upgrade").await else {
+    let Some(Start {
+        env,
+        tmp,
+        url: url1,
+        sha: sha1,
+        root,
+        settings,
+        original,
+    }) = start("txn_upgrade").await
+    else {
         return;
     };
-    clean_agent_files(&env);
-    let tmp = tempfile::tempdir().unwrap();
-    let root = env.host_root();
-    let settings = Settings::default();
-    let original = env.config_files();
-    let (url1, sha1) = demo_artifact_version(&env, tmp.path(), "1");
     env.node(&root, &settings)
         .apply(install_change(&demo_yaml(&url1, &sha1)))
         .await
@@ -299,15 +335,18 @@ async fn an_upgrade_switches_the_served_binary_and_a_refused_one_keeps_the_old_v
 
 #[tokio::test]
 async fn a_restart_refused_by_the_unit_is_rolled_back_and_the_error_names_the_result() {
-    let Some(env) = node_env("txn_failed_restart").await else {
+    let Some(Start {
+        env,
+        url,
+        sha,
+        root,
+        settings,
+        original,
+        tmp: _tmp,
+    }) = start("txn_failed_restart").await
+    else {
         return;
     };
-    clean_agent_files(&env);
-    let tmp = tempfile::tempdir().unwrap();
-    let (url, sha) = demo_artifact(&env, tmp.path());
-    let root = env.host_root();
-    let settings = Settings::default();
-    let original = env.config_files();
     // refuse any config that names the new handler (a site policy check, say)
     env.add_unit_dropin(
         "refuse-demo",
@@ -345,15 +384,18 @@ const BREAK_DROPIN: &str = "/etc/containerd/conf.d/zz-shim-agent-test-break-cri.
 
 #[tokio::test]
 async fn an_active_containerd_whose_cri_is_broken_is_detected_and_rolled_back() {
-    let Some(env) = node_env("txn_cri_broken").await else {
+    let Some(Start {
+        env,
+        url,
+        sha,
+        root,
+        settings,
+        original,
+        tmp: _tmp,
+    }) = start("txn_cri_broken").await
+    else {
         return;
     };
-    clean_agent_files(&env);
-    let tmp = tempfile::tempdir().unwrap();
-    let (url, sha) = demo_artifact(&env, tmp.path());
-    let root = env.host_root();
-    let settings = Settings::default();
-    let original = env.config_files();
     // With the new handler present, make containerd start with a CRI runtime config that fails
     // validation (default runtime not configured): the unit is active, CRI is not. 1.x: a table
     // appended to the main config (the rollback writes the original bytes back); 2.x: a drop-in
@@ -564,12 +606,17 @@ async fn an_agent_killed_at_any_failpoint_leaves_a_node_the_next_start_makes_con
 
 #[tokio::test]
 async fn run_repairs_drift_and_does_not_restart_for_unrelated_changes() {
-    let Some(env) = node_env("txn_run_drift").await else {
+    // `_tmp` holds the artifact until the test ends (`..` would drop it at once)
+    let Some(Start {
+        env,
+        url,
+        sha,
+        tmp: _tmp,
+        ..
+    }) = start("txn_run_drift").await
+    else {
         return;
     };
-    clean_agent_files(&env);
-    let tmp = tempfile::tempdir().unwrap();
-    let (url, sha) = demo_artifact(&env, tmp.path());
     let shims_d: PathBuf = env.root.join("etc/shim-agent/shims.d");
     std::fs::create_dir_all(&shims_d).unwrap();
     std::fs::write(shims_d.join("demo.yaml"), demo_yaml(&url, &sha)).unwrap();

@@ -252,7 +252,23 @@ pub async fn run_agent<'a>(
     name: &str,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    run_agent_tuned(n, client, name, stop, |_| {}).await
+}
+
+/// The agent of one node as a test drives it: its scripted containerd, on its own client.
+pub type TestAgent<'n, 'a> =
+    shim_agent::cluster::agent::Agent<'n, 'a, &'a FakeContainerd, &'a FakeContainerd>;
+
+/// [`run_agent`] with the agent's settings changed by `tune` first.
+pub async fn run_agent_tuned<'a>(
+    n: &shim_agent::txn::Node<'a, &'a FakeContainerd, &'a FakeContainerd>,
+    client: Client,
+    name: &str,
+    stop: tokio::sync::watch::Receiver<bool>,
+    tune: impl FnOnce(&mut TestAgent<'_, 'a>),
+) {
     let mut agent = shim_agent::cluster::agent::Agent::new(n, client, name.to_string());
+    tune(&mut agent);
     let (store, mut state) = agent.node.open().await.unwrap();
     let (_files_tx, mut files) = tokio::sync::mpsc::channel(1);
     let exit = agent
@@ -260,6 +276,28 @@ pub async fn run_agent<'a>(
         .await
         .unwrap();
     assert_eq!(exit, shim_agent::cluster::agent::Exit::Shutdown);
+}
+
+/// A coordinator (its own identity, [`fast`] timings) and the agent of `rig`'s node, on
+/// `client` with the scripted containerd `f` and its settings changed by `tune`, beside
+/// `body`; both stop when `body` ends.
+pub async fn with_coordinator_and_agent<'a, Fut: std::future::Future<Output = ()>>(
+    rig: &'a Rig,
+    f: &'a FakeContainerd,
+    client: Client,
+    tune: impl FnOnce(&mut TestAgent<'_, 'a>),
+    body: impl FnOnce() -> Fut,
+) {
+    let n = cluster_node(&rig.w, f);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let coordinator = rig.spawn_coordinator(stop.clone()).await;
+    let agent = run_agent_tuned(&n, client, &rig.name, stop, tune);
+    let body = async {
+        body().await;
+        let _ = stop_tx.send(true);
+    };
+    tokio::join!(agent, body);
+    let _ = coordinator.await;
 }
 
 /// Run the agent beside `body`; stop it when `body` ends.
