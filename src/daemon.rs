@@ -64,6 +64,7 @@ pub async fn reconcile<R: Restarter, H: HealthCheck>(
     memory.expire(Instant::now());
     let mut held = memory.held(Instant::now());
     let aside = memory.set_aside_crashed(store, state, &wanted);
+    crate::telemetry::set_aside(aside.names.len());
     for s in &aside.new {
         let (name, reason) = (&s.name, crate::crashes::REASON);
         tracing::error!(shim = %name, %reason, "{name}: {}", s.note.message);

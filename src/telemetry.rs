@@ -5,7 +5,8 @@
 //! shell (`service/`) serves the metrics, sends the activity to systemd and writes the logs.
 //! Nothing here blocks or fails: a metric or a status line is never worth a failed install.
 
-use std::sync::LazyLock;
+use std::collections::BTreeSet;
+use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -70,6 +71,12 @@ struct ShimLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShimStateLabels {
+    shim: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     result: &'static str,
     reason: &'static str,
@@ -102,6 +109,11 @@ pub struct Metrics {
     hook_seconds: Family<HookNameLabels, Histogram>,
     runtime_checks: Family<CheckLabels, Counter>,
     runtime_check_seconds: Family<CheckStepLabels, Histogram>,
+    shims_set_aside: Gauge,
+    shim_nodes: Family<ShimStateLabels, Gauge>,
+    rollout_halted: Family<ShimLabels, Gauge>,
+    /// The Shims [`shim_statuses`] last reported, whose series go when they do.
+    reported_shims: Mutex<BTreeSet<String>>,
 }
 
 fn seconds_buckets() -> Histogram {
@@ -200,7 +212,29 @@ impl Metrics {
             "Time of the passed runtime checks, by step (sandbox: RunPodSandbox to ready; container: the check container; total: the whole check with its cleanup)",
             runtime_check_seconds.clone(),
         );
+        let shims_set_aside = Gauge::default();
+        registry.register(
+            "shims_set_aside",
+            "Shims this agent sets aside (reason AgentCrashed) because it crashed twice while working on them, until their spec changes",
+            shims_set_aside.clone(),
+        );
+        let shim_nodes = Family::<ShimStateLabels, Gauge>::default();
+        registry.register(
+            "shim_nodes",
+            "Nodes of each Shim as its status counts them, by state (targeted, installed, failed, updating); served by the elected coordinator",
+            shim_nodes.clone(),
+        );
+        let rollout_halted = Family::<ShimLabels, Gauge>::default();
+        registry.register(
+            "rollout_halted",
+            "1 while a Shim's RolloutHalted condition is True (too many failures, or an extension refused), else 0; served by the elected coordinator",
+            rollout_halted.clone(),
+        );
         Metrics {
+            shims_set_aside,
+            shim_nodes,
+            rollout_halted,
+            reported_shims: Mutex::default(),
             registry,
             runtime_checks,
             runtime_check_seconds,
@@ -294,6 +328,86 @@ pub fn phase_took(phase: &str, d: Duration) {
 /// Time a transaction waited for its rollout slots.
 pub fn slot_waited(d: Duration) {
     metrics().slot_wait_seconds.observe(d.as_secs_f64());
+}
+
+/// The Shims the agent sets aside now, after it crashed working on them.
+pub fn set_aside(shims: usize) {
+    metrics()
+        .shims_set_aside
+        .set(i64::try_from(shims).unwrap_or(i64::MAX));
+}
+
+/// A Shim's rollout as its status says it, for the coordinator's gauges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShimRollout {
+    pub shim: String,
+    pub targeted: i32,
+    pub installed: i32,
+    pub failed: i32,
+    pub updating: i32,
+    /// Its `RolloutHalted` condition is True.
+    pub halted: bool,
+}
+
+/// Every Shim's rollout as the API server holds its status (the elected coordinator's cache,
+/// each round): its node counts, and whether it is halted. A Shim no longer listed (deleted,
+/// its finalizer gone) loses its series.
+pub fn shim_statuses(shims: impl IntoIterator<Item = ShimRollout>) {
+    let m = metrics();
+    let mut reported = m
+        .reported_shims
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let mut now = BTreeSet::new();
+    for r in shims {
+        let shim = crate::text::clip(&r.shim, 253);
+        for (state, n) in [
+            ("targeted", r.targeted),
+            ("installed", r.installed),
+            ("failed", r.failed),
+            ("updating", r.updating),
+        ] {
+            let labels = ShimStateLabels {
+                shim: shim.clone(),
+                state,
+            };
+            m.shim_nodes.get_or_create(&labels).set(i64::from(n));
+        }
+        let halted = r.halted;
+        m.rollout_halted
+            .get_or_create(&ShimLabels { shim: shim.clone() })
+            .set(i64::from(halted));
+        now.insert(shim);
+    }
+    for gone in reported.difference(&now) {
+        forget_shim(m, gone);
+    }
+    *reported = now;
+}
+
+/// This process is no longer the coordinator: the next leader reports the Shims.
+pub fn coordinator_stepped_down() {
+    let m = metrics();
+    let mut reported = m
+        .reported_shims
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    for gone in reported.iter() {
+        forget_shim(m, gone);
+    }
+    reported.clear();
+}
+
+fn forget_shim(m: &Metrics, shim: &str) {
+    for state in ["targeted", "installed", "failed", "updating"] {
+        m.shim_nodes.remove(&ShimStateLabels {
+            shim: shim.to_string(),
+            state,
+        });
+    }
+    m.rollout_halted.remove(&ShimLabels {
+        shim: shim.to_string(),
+    });
 }
 
 /// A ShimExtension hook was called (`result` after its failure policy).
@@ -450,7 +564,26 @@ mod tests {
         transaction_ended("upgrade", "rolled_back");
         containerd_restarted(true);
         phase_took("restarted", Duration::from_millis(70));
+        set_aside(2);
+        let halted = ShimRollout {
+            shim: "spin".into(),
+            targeted: 5,
+            installed: 3,
+            updating: 1,
+            failed: 1,
+            halted: true,
+        };
+        let gone = ShimRollout {
+            shim: "gone".into(),
+            ..ShimRollout::default()
+        };
+        shim_statuses([halted.clone(), gone]);
+        shim_statuses([halted]);
         let text = metrics().encode();
+        assert!(
+            !text.contains("shim=\"gone\""),
+            "a Shim no longer listed keeps series:\n{text}"
+        );
         for want in [
             "shim_agent_transactions_total{kind=\"install\",result=\"committed\"}",
             "shim_agent_transactions_total{kind=\"upgrade\",result=\"rolled_back\"}",
@@ -459,6 +592,12 @@ mod tests {
             "shim_agent_phase_duration_seconds_count{phase=\"restarted\"} 1",
             "shim_agent_slot_wait_seconds_count",
             "shim_agent_shims_installed",
+            "shim_agent_shims_set_aside 2",
+            "shim_agent_shim_nodes{shim=\"spin\",state=\"targeted\"} 5",
+            "shim_agent_shim_nodes{shim=\"spin\",state=\"installed\"} 3",
+            "shim_agent_shim_nodes{shim=\"spin\",state=\"failed\"} 1",
+            "shim_agent_shim_nodes{shim=\"spin\",state=\"updating\"} 1",
+            "shim_agent_rollout_halted{shim=\"spin\"} 1",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }

@@ -40,6 +40,7 @@ mod distro_engine;
 mod distro_templates;
 mod docs_examples;
 mod live_txn;
+mod monitoring;
 mod node_cri_info;
 mod offline_install;
 mod reconciler_table;

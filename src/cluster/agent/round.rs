@@ -55,6 +55,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         self.memory.expire(Instant::now());
         let mut held = self.memory.held(Instant::now());
         let aside = self.memory.set_aside_crashed(store, state, &wanted);
+        crate::telemetry::set_aside(aside.names.len());
         self.report_aside(&aside.new, &read.cluster, &read.node);
         held.extend(aside.names);
         let view = RoundView {

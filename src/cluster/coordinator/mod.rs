@@ -122,6 +122,7 @@ pub async fn run(
     loop {
         let c = client.clone();
         lead(&mut lock, stop.clone(), || duties(c, config)).await;
+        crate::telemetry::coordinator_stepped_down();
         if election::stopping(&stop) {
             if let Err(e) = lock.release().await {
                 tracing::debug!(error = %e, "cannot release the coordinator lease");
@@ -257,6 +258,9 @@ impl Coordinator {
         self.release_startup_taints(&caches.nodes).await;
         let views = node_views(&caches.nodes);
         let all = caches.shims.state();
+        // the statuses as written (read back through the cache): a new leader reports
+        // them at once, though it writes none until one changes
+        crate::telemetry::shim_statuses(all.iter().map(|s| rollout_of(s)));
         self.rollout_hooks
             .retain(|n| all.iter().any(|s| s.name_any() == n));
         self.reservations
@@ -484,6 +488,24 @@ impl Coordinator {
             now: Instant::now(),
             time: &time,
         })
+    }
+}
+
+/// `shim`'s rollout as its status says it, for the coordinator's gauges.
+fn rollout_of(shim: &Shim) -> crate::telemetry::ShimRollout {
+    let status = shim.status.as_ref();
+    let counts = status.and_then(|s| s.nodes.clone()).unwrap_or_default();
+    let halted = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+        c.iter()
+            .any(|c| c.type_ == crate::api::names::condition::ROLLOUT_HALTED && c.status == "True")
+    });
+    crate::telemetry::ShimRollout {
+        shim: shim.name_any(),
+        targeted: counts.targeted,
+        installed: counts.installed,
+        failed: counts.failed,
+        updating: counts.updating,
+        halted,
     }
 }
 
