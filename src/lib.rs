@@ -13,7 +13,8 @@
 //!   modes); [`daemon`]: `run` without a cluster;
 //! - [`cluster`]: the Kubernetes daemon; [`cli`]: what the commands do;
 //! - [`telemetry`]: journal message ids, metrics and the status line the core records;
-//!   [`service`]: the systemd service around `run` (notify, signals, reload, logs, metrics);
+//!   [`endpoints`]: metrics and probes over HTTP; [`service`]: the systemd service around
+//!   `run` (notify, signals, reload, logs);
 //! - [`text`]: untrusted text clipped on character boundaries; [`events`]: Kubernetes Events;
 //!   [`crashes`]: a Shim the agent keeps crashing on is set aside; [`faults`]: fault
 //!   injection points for the tests.
@@ -28,6 +29,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod crashes;
 pub mod daemon;
+pub mod endpoints;
 pub mod events;
 pub mod faults;
 pub mod fsutil;

@@ -93,6 +93,10 @@ struct CoordinateArgs {
     /// Name in the coordinator election (default: node.name, else the host name).
     #[arg(long, value_name = "NAME")]
     identity: Option<String>,
+    /// Serve `/metrics`, `/healthz` and `/readyz` on this TCP address, e.g. `0.0.0.0:8080`
+    /// (default: the config file's `metrics.address`; none when empty).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -238,6 +242,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &settings,
                 args.kubeconfig,
                 args.identity,
+                args.listen,
             ))?,
         // (run returned above)
         Command::Run(_) => {}

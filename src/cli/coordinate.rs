@@ -12,15 +12,24 @@ use tokio::sync::watch;
 use crate::cluster::connect::{self, Source};
 use crate::cluster::coordinator::election::Timings;
 use crate::cluster::coordinator::{self, CoordinatorConfig};
-use crate::settings::Settings;
+use crate::endpoints;
+use crate::settings::{MetricsSettings, Settings};
 
 /// Run the coordinator with `kubeconfig` (else in-cluster) as `identity` (else the host
-/// name) until SIGTERM or SIGINT.
+/// name) until SIGTERM or SIGINT, serving metrics and probes on `listen` (else the config
+/// file's `metrics.address`). It never takes the agent's metrics socket: an agent on the
+/// same host keeps it.
 pub async fn run(
     settings: &Settings,
     kubeconfig: Option<PathBuf>,
     identity: Option<String>,
+    listen: Option<String>,
 ) -> anyhow::Result<()> {
+    let listen_on = MetricsSettings {
+        socket: String::new(),
+        address: listen.unwrap_or_else(|| settings.metrics.address.clone()),
+    };
+    let server = endpoints::serve(&listen_on).await;
     let source = match kubeconfig {
         Some(p) => Source::Kubeconfig(p),
         None => Source::InCluster,
@@ -51,6 +60,9 @@ pub async fn run(
         let _ = stop_tx.send(true);
     });
     tracing::info!(%source, %identity, "shim-agent coordinating (standing for the election)");
+    // standing for the election: a stand-by replica is as ready as the leader
+    crate::telemetry::ready();
     coordinator::run(client, identity, config, stop).await;
+    server.stop().await;
     Ok(())
 }

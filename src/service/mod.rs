@@ -3,7 +3,6 @@
 //!
 //! - [`notify`]: READY, STATUS, WATCHDOG, RELOADING, STOPPING;
 //! - [`logging`]: journald with structured fields, or plain text;
-//! - [`metrics_http`]: Prometheus metrics on a unix socket and optionally on TCP.
 //!
 //! # Signals
 //! - SIGTERM (or SIGINT) stops the agent. A transaction under way is finished, or rolled
@@ -17,7 +16,6 @@
 //!   take effect. An unchanged one changes nothing.
 
 pub mod logging;
-pub mod metrics_http;
 pub mod notify;
 
 use std::path::PathBuf;
@@ -96,14 +94,14 @@ pub fn run(
         let _status = AbortOnDrop(notify::follow_activity());
         let _watchdog = notify::watchdog().map(AbortOnDrop);
         let mut settings = first;
-        let mut metrics = metrics_http::serve(&settings.metrics).await;
+        let mut metrics = crate::endpoints::serve(&settings.metrics).await;
         loop {
             match session_until_signal(&root, &source, &settings, &mut signals).await {
                 Ended::Reloaded(next) => {
                     log.set_level(source.level(&next));
                     if next.metrics != settings.metrics {
                         metrics.stop().await;
-                        metrics = metrics_http::serve(&next.metrics).await;
+                        metrics = crate::endpoints::serve(&next.metrics).await;
                     }
                     settings = *next;
                     tracing::info!("configuration reloaded");

@@ -16,6 +16,7 @@ mod agent;
 mod agent_edges;
 mod api;
 mod bad_shims;
+mod coordinate_cli;
 mod coordinator_batch;
 mod events_paced;
 mod fleet;

@@ -1,7 +1,8 @@
 //! Prometheus metrics over HTTP: on a unix socket (`metrics.socket`, default
 //! `/run/shim-agent/metrics.sock`, the unit's RuntimeDirectory) and optionally on a TCP
 //! address (`metrics.address`, e.g. `127.0.0.1:9464`). `GET /metrics` answers the text
-//! format; anything else is 404. A listener that cannot be opened is logged and skipped:
+//! format, `/healthz` and `/readyz` the probes of a Deployment ([`route`]); anything else is
+//! 404. A listener that cannot be opened is logged and skipped:
 //! metrics are never a reason for the agent not to run.
 
 use std::convert::Infallible;
@@ -41,21 +42,47 @@ impl Drop for MetricsServer {
     }
 }
 
-async fn answer(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let found = req.uri().path() == "/metrics" && req.method() == hyper::Method::GET;
-    let mut resp = if found {
-        Response::new(Full::new(Bytes::from(telemetry::metrics().encode())))
-    } else {
-        let mut r = Response::new(Full::new(Bytes::from_static(b"not found; try /metrics\n")));
-        *r.status_mut() = StatusCode::NOT_FOUND;
-        r
-    };
-    if found {
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-        );
+/// What `GET path` answers: a status and a body. `/metrics` the text format; `/healthz` 200
+/// while the process serves; `/readyz` 200 once it became ready (the agent: its journal
+/// recovered and its watches synced; the coordinator: its client made and standing for the
+/// election), else 503.
+pub fn route(path: &str, readied: u64) -> (StatusCode, Bytes) {
+    match path {
+        "/metrics" => (StatusCode::OK, Bytes::from(telemetry::metrics().encode())),
+        "/healthz" => (StatusCode::OK, Bytes::from_static(b"ok\n")),
+        "/readyz" if readied > 0 => (StatusCode::OK, Bytes::from_static(b"ready\n")),
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Bytes::from_static(b"not ready yet\n"),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            Bytes::from_static(b"not found; try /metrics, /healthz or /readyz\n"),
+        ),
     }
+}
+
+async fn answer(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (status, body) = if req.method() == hyper::Method::GET {
+        route(req.uri().path(), telemetry::activity().borrow().readied)
+    } else {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            Bytes::from_static(b"GET only\n"),
+        )
+    };
+    let metrics = status == StatusCode::OK && req.uri().path() == "/metrics";
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() = status;
+    let kind = if metrics {
+        "text/plain; version=0.0.4; charset=utf-8"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(kind),
+    );
     Ok(resp)
 }
 
@@ -115,4 +142,20 @@ pub async fn serve(settings: &MetricsSettings) -> MetricsServer {
         }
     }
     MetricsServer { tasks }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_say_alive_at_once_and_ready_only_once_ready() {
+        assert_eq!(route("/healthz", 0).0, StatusCode::OK);
+        assert_eq!(route("/readyz", 0).0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(route("/readyz", 1).0, StatusCode::OK);
+        let (status, body) = route("/metrics", 0);
+        assert_eq!(status, StatusCode::OK);
+        assert!(String::from_utf8_lossy(&body).contains("# EOF"), "{body:?}");
+        assert_eq!(route("/metrics/x", 1).0, StatusCode::NOT_FOUND);
+    }
 }
