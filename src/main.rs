@@ -71,6 +71,19 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: PathBuf,
     },
+    /// Write the reference pages of the documentation (docs/reference/*.md, committed;
+    /// scripts/reference-docs; see src/cli/reference/).
+    #[command(hide = true)]
+    GenerateReference {
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
+    },
+}
+
+/// The command line's definition: what `--help`, the man pages and docs/reference/cli.md
+/// describe (tests/pure/reference_docs.rs compiles this file to get it).
+pub fn command() -> clap::Command {
+    Cli::command()
 }
 
 #[derive(Args, Debug)]
@@ -203,7 +216,13 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::GenerateDocs { out_dir } = &cli.command {
         // From the CLI alone, before any config is read: package builds run it.
-        cli::docs::generate(Cli::command(), out_dir)?;
+        cli::docs::generate(command(), out_dir)?;
+        return Ok(());
+    }
+    if let Command::GenerateReference { out_dir } = &cli.command {
+        for path in cli::reference::generate(command(), out_dir)? {
+            println!("{}", path.display());
+        }
         return Ok(());
     }
     let (config_path, explicit) = match &cli.config {
@@ -231,7 +250,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Crd => print!("{}", api::manifests::crd_yaml()?),
         Command::Manifests => print!("{}", api::manifests::manifests_yaml()?),
         Command::Containerd(cmd) => cli::containerd::run(cmd, &HostRoot::system())?,
-        Command::GenerateDocs { .. } => {} // done above
+        Command::GenerateDocs { .. } | Command::GenerateReference { .. } => {} // done above
         Command::Install(args) => cmd_install(&settings, args)?,
         Command::Uninstall(args) => cmd_uninstall(&settings, args)?,
         Command::Coordinate(args) => tokio::runtime::Builder::new_multi_thread()

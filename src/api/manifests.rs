@@ -96,7 +96,8 @@ fn push_policy(
     )
 }
 
-/// CRDs, namespace, ServiceAccounts, RBAC and admission policies as one YAML stream.
+/// CRDs, namespace, ServiceAccounts, RBAC, admission policies and the coordinator's
+/// Deployment as one YAML stream.
 pub fn manifests_yaml() -> anyhow::Result<String> {
     const RBAC: &str = "rbac.authorization.k8s.io/v1";
     let mut out = String::new();
@@ -140,5 +141,17 @@ pub fn manifests_yaml() -> anyhow::Result<String> {
     for (name, policy, params) in super::policies::policies() {
         push_policy(&mut out, name, &policy, params.as_ref())?;
     }
+    push_doc(
+        &mut out,
+        "apps/v1",
+        "Deployment",
+        &super::deployment::coordinator_deployment(),
+    )?;
+    push_doc(
+        &mut out,
+        "policy/v1",
+        "PodDisruptionBudget",
+        &super::deployment::coordinator_disruption_budget(),
+    )?;
     Ok(out)
 }

@@ -2,6 +2,7 @@
 //! manifests an operator applies (namespace, RBAC by role, admission policies); `ShimLease`
 //! for coordination.
 
+pub mod deployment;
 pub mod extension;
 pub mod lease;
 pub mod load;

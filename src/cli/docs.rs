@@ -8,6 +8,9 @@
 //!   `shim-agent-containerd-get.1`), hidden commands left out;
 //! - `completions/bash/shim-agent`, `completions/zsh/_shim-agent`,
 //!   `completions/fish/shim-agent.fish`: the names each shell's completion directory expects.
+//!
+//! The reference pages of the documentation (`docs/reference/`, committed) are another hidden
+//! command's, `generate-reference`: [`reference`].
 
 use std::fs;
 use std::io::Write;

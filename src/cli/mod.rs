@@ -5,4 +5,5 @@ pub mod containerd;
 pub mod coordinate;
 pub mod docs;
 pub mod image;
+pub mod reference;
 pub mod status;

@@ -9,6 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
+// JsonSchema: the doc comments and defaults of docs/reference/config.md
+// (src/cli/reference/config.rs).
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -18,7 +21,7 @@ mod validate;
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/shim-agent/config.toml";
 
 /// All settings, with defaults filled in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Settings {
     pub node: NodeSettings,
@@ -32,7 +35,7 @@ pub struct Settings {
 }
 
 /// Which node this agent is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct NodeSettings {
     /// Node name in Kubernetes; empty = the host name.
@@ -40,7 +43,7 @@ pub struct NodeSettings {
 }
 
 /// How containerd is found, restarted and verified.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ContainerdSettings {
     /// Distro profile: `auto` (detect), `containerd`, `k3s`, `k3s-agent`, `rke2-server`,
@@ -79,7 +82,7 @@ impl Default for ContainerdSettings {
 }
 
 /// Download limits and policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FetchSettings {
     /// Accept artifacts without a sha256 in the Shim (not recommended).
@@ -90,6 +93,7 @@ pub struct FetchSettings {
     pub max_unpacked_bytes: u64,
     /// Most entries accepted in one archive.
     pub max_entries: u64,
+    /// How long connecting to an artifact's server or an OCI registry may take.
     pub connect_timeout_secs: u64,
     /// Longest pause in a download before it is abandoned.
     pub read_timeout_secs: u64,
@@ -120,7 +124,7 @@ impl Default for FetchSettings {
 }
 
 /// How a new shim is proven to work before it is committed (docs/design.md §3).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CheckSettings {
     /// Start a pod sandbox through every new handler (and the Shim's check container) before
@@ -144,7 +148,7 @@ impl Default for CheckSettings {
 }
 
 /// Where the agent keeps its files (host paths; resolved under `--root` offline).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PathSettings {
     /// State, journal and the content-addressed store.
@@ -163,7 +167,7 @@ impl Default for PathSettings {
 }
 
 /// How to reach the cluster, and the coordinator election's timings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct KubernetesSettings {
     /// kubeconfig to use; empty = the kubelet's (`/etc/kubernetes/kubelet.conf`, then
@@ -212,7 +216,7 @@ impl Default for KubernetesSettings {
 }
 
 /// Logging.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LogSettings {
     /// `error`, `warn`, `info`, `debug` or `trace` (or a tracing filter directive).
@@ -228,7 +232,7 @@ impl Default for LogSettings {
 }
 
 /// Where Prometheus metrics are served (`GET /metrics`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct MetricsSettings {
     /// Unix socket (empty: none). Its directory is the unit's RuntimeDirectory.

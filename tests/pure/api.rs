@@ -40,7 +40,7 @@ fn committed_manifests_match_the_types() {
 }
 
 /// The kustomize base's files, by what their objects are: `shim-agent manifests` split by kind.
-const KUSTOMIZE_FILES: [(&str, &[&str]); 4] = [
+const KUSTOMIZE_FILES: [(&str, &[&str]); 5] = [
     ("crds.yaml", &["CustomResourceDefinition"]),
     ("namespace.yaml", &["Namespace"]),
     (
@@ -60,6 +60,7 @@ const KUSTOMIZE_FILES: [(&str, &[&str]); 4] = [
             "ValidatingAdmissionPolicyBinding",
         ],
     ),
+    ("coordinator.yaml", &["Deployment", "PodDisruptionBudget"]),
 ];
 
 const KUSTOMIZATION: &str = "\
@@ -75,6 +76,7 @@ resources:
   - namespace.yaml
   - rbac.yaml
   - policies.yaml
+  - coordinator.yaml
 ";
 
 /// `manifests` split into the kustomize base's files, each document's text as it is in the

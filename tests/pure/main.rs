@@ -44,6 +44,7 @@ mod monitoring;
 mod node_cri_info;
 mod offline_install;
 mod reconciler_table;
+mod reference_docs;
 mod runtime_check;
 mod runtime_class;
 mod shape;
