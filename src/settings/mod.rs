@@ -379,6 +379,24 @@ fn merge_tables(into: &mut toml_edit::Table, from: &toml_edit::Table) {
 mod tests {
     use super::*;
 
+    /// The commented config the packages ship says "these are the defaults": with its `#`
+    /// taken off every key and table line, it is every setting, at its default.
+    #[test]
+    fn the_shipped_config_names_every_setting_at_its_default() {
+        let shipped = include_str!("../../packaging/config.toml");
+        let uncommented: String = shipped
+            .lines()
+            .filter_map(|l| l.strip_prefix('#'))
+            .filter(|l| {
+                l.starts_with('[') || l.split_once(" = ").is_some_and(|(k, _)| !k.contains(' '))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let parsed: serde_json::Value = toml_edit::de::from_str(&uncommented).unwrap();
+        let defaults = serde_json::to_value(Settings::default()).unwrap();
+        assert_eq!(parsed, defaults, "packaging/config.toml:\n{uncommented}");
+    }
+
     fn write(dir: &Path, rel: &str, text: &str) -> PathBuf {
         let p = dir.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
