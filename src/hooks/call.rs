@@ -85,8 +85,11 @@ impl Hooks {
             self.crd_missing.store(false, Ordering::Relaxed);
             return Ok(());
         }
+        // from the API server's watch cache (resourceVersion 0), as every list of the agent:
+        // a quorum read costs the server a read from etcd, and a fleet that starts together
+        // would make one each
         let probe = Api::<ShimExtension>::all(self.kube.clone())
-            .list(&ListParams::default().limit(1))
+            .list(&ListParams::default().match_any().limit(1))
             .await;
         match probe {
             Err(kube::Error::Api(s)) if s.code == 404 => {

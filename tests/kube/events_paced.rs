@@ -48,20 +48,7 @@ async fn a_round_waits_for_no_event_and_sends_a_few_at_a_time() {
         client,
         |_| {},
         || async {
-            let docs: Vec<String> = batch
-                .iter()
-                .map(|s| shim_yaml(&rig.w, s, "1", ("test", "kevents")))
-                .collect();
-            let (ok, out) = rig.env.apply(&docs.join("---\n"));
-            assert!(ok, "{out}");
-            eventually(60, "the batch labelled", || async {
-                let mut all = true;
-                for s in batch {
-                    all &= rig.label(s).await.as_deref() == Some("true");
-                }
-                all.then_some(())
-            })
-            .await;
+            rig.apply_and_await_labels(&batch, "kevents").await;
             eventually(10, "the batch's first Event writes under way", || async {
                 (held.load(Ordering::SeqCst) >= EVENTS_AT_ONCE).then_some(())
             })

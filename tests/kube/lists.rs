@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::agent_rig::{Rig, with_coordinator_and_agent};
-use crate::support::kube::{SERIAL, eventually};
-use crate::support::live::{fake, shim_yaml};
+use crate::support::kube::SERIAL;
+use crate::support::live::fake;
 
 /// The collections an agent reads (the last segment of a list's path).
 const COLLECTIONS: [&str; 5] = ["nodes", "pods", "shims", "shimextensions", "shimleases"];
@@ -77,20 +77,7 @@ async fn the_agent_lists_from_the_watch_cache_never_with_a_quorum_read() {
         |_| {},
         || async {
             // two Shims at once: the agent's caches, a batch of slots, and each Shim's read
-            let docs: Vec<String> = shims
-                .iter()
-                .map(|s| shim_yaml(&rig.w, s, "1", ("test", "lists")))
-                .collect();
-            let (ok, out) = rig.env.apply(&docs.join("---\n"));
-            assert!(ok, "{out}");
-            eventually(60, "both Shims installed", || async {
-                let mut all = true;
-                for s in shims {
-                    all &= rig.label(s).await.as_deref() == Some("true");
-                }
-                all.then_some(())
-            })
-            .await;
+            rig.apply_and_await_labels(&shims, "lists").await;
             tokio::time::sleep(Duration::from_millis(500)).await;
         },
     )

@@ -13,34 +13,13 @@ fn read(file: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// A series in every metric, through the functions the agent records with.
-fn touch_every_metric() {
-    use shim_agent::telemetry as t;
-    use std::time::Duration;
-    t::transaction_ended("install", "committed");
-    t::containerd_restarted(true);
-    t::phase_took("restarted", Duration::from_millis(1));
-    t::slot_waited(Duration::from_millis(1));
-    t::watch_restarted("shims");
-    t::retained(&[("monitoring-test".to_string(), 1)]);
-    t::coordinator_error("status", "Conflict");
-    t::hook_called("beforeInstall", "Success", Duration::from_millis(1));
-    t::runtime_checked("");
-    t::runtime_check_took("total", Duration::from_millis(1));
-    t::set_aside(0);
-    t::shim_statuses([t::ShimRollout {
-        shim: "monitoring-test".into(),
-        ..t::ShimRollout::default()
-    }]);
-}
-
 /// The exposed metrics: name (as a `# TYPE` line gives it) → type. The union of three
 /// expositions, each after a touch of every metric: another test's `retained` (which clears
 /// the family, then fills it) may catch one between the two.
 fn exposed() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for _ in 0..3 {
-        touch_every_metric();
+        shim_agent::cli::reference::touch_every_metric();
         let text = shim_agent::telemetry::metrics().encode();
         for l in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
             let (name, kind) = l.split_once(' ').unwrap();

@@ -139,6 +139,25 @@ impl Rig {
             .cloned()
     }
 
+    /// Apply Shims `names` (version 1, for the nodes labelled `test=<test>`) in one apply,
+    /// and wait until this node carries the label of each.
+    pub async fn apply_and_await_labels(&self, names: &[&str], test: &str) {
+        let docs: Vec<String> = names
+            .iter()
+            .map(|s| super::live::shim_yaml(&self.w, s, "1", ("test", test)))
+            .collect();
+        let (ok, out) = self.env.apply(&docs.join("---\n"));
+        assert!(ok, "{out}");
+        eventually(60, "every Shim of the apply labelled", || async {
+            let mut all = true;
+            for s in names {
+                all &= self.label(s).await.as_deref() == Some("true");
+            }
+            all.then_some(())
+        })
+        .await;
+    }
+
     pub async fn label(&self, shim: &str) -> Option<String> {
         self.node().await.labels().get(&node_label(shim)).cloned()
     }

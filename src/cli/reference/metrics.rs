@@ -6,8 +6,8 @@ use super::*;
 /// leaves a family without series out of the exposition, `# HELP` and all. A new metric needs
 /// a line here (the test compares the count with `src/telemetry.rs`'s registrations). In the
 /// generator's own process these series go nowhere; in a test's, they are as harmless as any
-/// other test's.
-fn touch_every_metric() {
+/// other test's (tests/pure/monitoring.rs touches them the same way).
+pub fn touch_every_metric() {
     use crate::telemetry as t;
     use std::time::Duration;
     t::transaction_ended("install", "committed");

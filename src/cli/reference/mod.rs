@@ -31,7 +31,7 @@ mod config;
 mod crd;
 mod metrics;
 
-pub use metrics::metric_count;
+pub use metrics::{metric_count, touch_every_metric};
 
 /// The command that regenerates the pages, named in each page and in the test's failure.
 pub const REGENERATE: &str = "scripts/reference-docs";
