@@ -102,6 +102,15 @@ cluster_control_plane_up() {
     for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     kill -KILL "$pid" 2>/dev/null || true
     for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    # A scheduler that another client started lived through that restart (and maybe
+    # earlier ones); one such scheduler in CI never placed a pod again. up.sh starts a
+    # fresh one, which this run then owns and stops.
+    if pid=$(cluster_kube_pid kube-scheduler); then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+      kill -KILL "$pid" 2>/dev/null || true
+      CLUSTER_KUBE_STARTED=kube-scheduler
+    fi
   fi
   CLUSTER_KUBECONFIG=$("$CLUSTER_KUBE_ENV/up.sh" | tail -n 1)
   export CLUSTER_KUBECONFIG CLUSTER_ASSETS
@@ -298,6 +307,8 @@ cluster_diagnose() {
     echo "--- kubectl describe node $m"; k describe node "$m" 2>&1 || true
     echo "--- kubectl describe pods"; k describe pods 2>&1 || true
     echo "--- kubectl get runtimeclasses,events"; k get runtimeclasses 2>&1 || true; k get events -A --sort-by=.lastTimestamp 2>&1 | tail -30 || true
+    local logs=${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}/logs
+    echo "--- kube-scheduler's log (last 20)"; tail -n 20 "$logs/kube-scheduler.log" 2>&1 | cut -c1-300 || true
   fi
 }
 
