@@ -29,6 +29,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod crashes;
 pub mod daemon;
+pub mod doctor;
 pub mod endpoints;
 pub mod events;
 pub mod faults;

@@ -62,6 +62,12 @@ enum Command {
     /// no coordinator credentials (e.g. a Deployment with the shim-agent-coordinator
     /// ServiceAccount, in-cluster).
     Coordinate(CoordinateArgs),
+    /// Check what installs on this node need (or in an image root, with --root) and say what
+    /// to do about each thing that does not hold: containerd's unit, version, config and
+    /// registry hosts; its CRI socket and sandbox image; the kubeconfig, the identity it gives
+    /// and the API server's clock; free space; proxies. Changes nothing. Exits 1 when something
+    /// blocks installs.
+    Doctor(DoctorArgs),
     /// Inspect or edit containerd's config directly (no restart, no state).
     #[command(subcommand)]
     Containerd(cli::containerd::ContainerdCmd),
@@ -153,6 +159,16 @@ struct UninstallArgs {
 }
 
 #[derive(Args, Debug)]
+struct DoctorArgs {
+    /// Image root to check (a mounted node image): only its files are read.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
 struct StatusArgs {
     #[command(flatten)]
     root: RootArg,
@@ -168,7 +184,7 @@ fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -213,17 +229,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::GenerateDocs { out_dir } = &cli.command {
         // From the CLI alone, before any config is read: package builds run it.
         cli::docs::generate(command(), out_dir)?;
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
     if let Command::GenerateReference { out_dir } = &cli.command {
         for path in cli::reference::generate(command(), out_dir)? {
             println!("{}", path.display());
         }
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
     let (config_path, explicit) = match &cli.config {
         Some(p) => (p.clone(), true),
@@ -241,7 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 explicit,
                 log_level: cli.log_level,
             };
-            return service::run(root, source, settings, log);
+            return service::run(root, source, settings, log).map(|()| ExitCode::SUCCESS);
         }
         other => other,
     };
@@ -265,6 +281,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ))?,
         // (run returned above)
         Command::Run(_) => {}
+        Command::Doctor(args) => {
+            let root = match &args.root {
+                Some(dir) => {
+                    HostRoot::new(dir).with_context(|| format!("--root {}", dir.display()))?
+                }
+                None => HostRoot::system(),
+            };
+            let facts = runtime()?.block_on(shim_agent::doctor::gather::gather(&root, &settings));
+            let report = shim_agent::doctor::Report::new(&facts);
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.to_text());
+            }
+            if report.blocking {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         Command::Status(args) => {
             let root = host_root(&args.root)?;
             let state = cli::status::read_state(&root, &settings)?;
@@ -275,7 +309,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 fn cmd_install(settings: &Settings, args: InstallArgs) -> anyhow::Result<()> {

@@ -196,6 +196,36 @@ impl SystemdDbus {
         String::try_from(v).map_err(dbus_err(format!("{iface}.{name} as string")))
     }
 
+    /// `LoadState`, `ActiveState` and `SubState` of a unit, for `doctor` (a unit that does
+    /// not exist is `not-found`, not an error).
+    pub async fn unit_load_state(&self, unit: &str) -> Result<[String; 3], NodeError> {
+        let path = self.unit_path(unit).await?;
+        Ok([
+            self.string_property(&path, UNIT_IFACE, "LoadState").await?,
+            self.string_property(&path, UNIT_IFACE, "ActiveState")
+                .await?,
+            self.string_property(&path, UNIT_IFACE, "SubState").await?,
+        ])
+    }
+
+    /// A service's `Environment=` entries (`NAME=value`) and its `EnvironmentFile=` paths,
+    /// for `doctor`.
+    pub async fn unit_environment(
+        &self,
+        unit: &str,
+    ) -> Result<(Vec<String>, Vec<String>), NodeError> {
+        let path = self.unit_path(unit).await?;
+        let env = self.property(&path, SERVICE_IFACE, "Environment").await?;
+        let env = Vec::<String>::try_from(env)
+            .map_err(dbus_err(format!("{SERVICE_IFACE}.Environment as strings")))?;
+        let files = self
+            .property(&path, SERVICE_IFACE, "EnvironmentFiles")
+            .await?;
+        let files = Vec::<(String, bool)>::try_from(files)
+            .map_err(dbus_err(format!("{SERVICE_IFACE}.EnvironmentFiles")))?;
+        Ok((env, files.into_iter().map(|(f, _)| f).collect()))
+    }
+
     async fn u32_property(
         &self,
         path: &OwnedObjectPath,

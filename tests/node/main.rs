@@ -14,6 +14,7 @@
 mod support;
 
 mod check;
+mod doctor;
 mod edges;
 mod kube;
 mod lifecycle;

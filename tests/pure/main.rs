@@ -39,6 +39,7 @@ mod daemon;
 mod distro_engine;
 mod distro_templates;
 mod docs_examples;
+mod doctor_root;
 mod live_txn;
 mod monitoring;
 mod node_cri_info;
