@@ -183,19 +183,17 @@ async fn the_doctor_finds_each_broken_precondition_and_says_what_to_do() {
     std::fs::remove_file(env.root.join(KUBECONFIG)).expect("remove the kubeconfig");
 
     // --- a registry's hosts.toml that containerd cannot read -------------------------------
+    // config_path set in containerd's config as an operator sets it (2.x's default config
+    // has the table already, with an empty path)
     let config = std::fs::read_to_string(env.config_file()).expect("config");
+    let mut doc: toml_edit::DocumentMut = config.parse().expect("the node's config parses");
     let cri = if env.containerd.config_version >= 3 {
         "io.containerd.cri.v1.images"
     } else {
         "io.containerd.grpc.v1.cri"
     };
-    std::fs::write(
-        env.config_file(),
-        format!(
-            "{config}\n[plugins.\"{cri}\".registry]\nconfig_path = \"/etc/containerd/certs.d\"\n"
-        ),
-    )
-    .expect("write the config");
+    doc["plugins"][cri]["registry"]["config_path"] = toml_edit::value("/etc/containerd/certs.d");
+    std::fs::write(env.config_file(), doc.to_string()).expect("write the config");
     write(&env.root.join("etc/containerd/certs.d/docker.io/hosts.toml"), b"server = \"https://registry-1.docker.io\"\n[host.\"https://mirror.example\"]\ncapabilities = [\"pull\"]\n", 0o644);
     write(
         &env.root
