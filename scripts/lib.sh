@@ -16,6 +16,8 @@
 #   apt_install_missing COMMAND[=PACKAGE]...
 #                            apt_install the package of each COMMAND not on PATH (PACKAGE
 #                            defaults to COMMAND), all in one apt run
+#   debian_tool PACKAGE PATH a file of a Debian package, downloaded and unpacked (not
+#                            installed) into a cache; prints its path
 
 LOG_NAME=${LOG_NAME:-${0##*/}}
 log() { printf '[%s %(%H:%M:%S)T] %s\n' "$LOG_NAME" -1 "$*" >&2; }
@@ -40,4 +42,25 @@ apt_install_missing() {
     command -v "${want%%=*}" >/dev/null || packages+=("${want#*=}")
   done
   [ ${#packages[@]} = 0 ] || apt_install "${packages[@]}"
+}
+
+# debian_tool PKG PATH: the file PATH (e.g. usr/bin/promtool) of Debian's package PKG, downloaded
+# and unpacked (not installed: no daemon starts, nothing else changes) into
+# /var/tmp/shim-agent-tools/PKG/ (SHIM_AGENT_TOOLS) and reused from there; prints its path.
+debian_tool() {
+  local pkg=$1 dir=${SHIM_AGENT_TOOLS:-/var/tmp/shim-agent-tools}/$1
+  if [ ! -x "$dir/root/$2" ]; then
+    mkdir -p "$dir/deb"
+    rm -f "$dir"/deb/*.deb
+    # apt-get download fails when the package index is missing (a fresh machine): update it
+    # once, then try again
+    if ! (cd "$dir/deb" && apt-get download "$pkg") >/dev/null 2>&1; then
+      apt-get update >/dev/null 2>&1 || true
+      (cd "$dir/deb" && apt-get download "$pkg") >/dev/null 2>&1 || { log "cannot download Debian's $pkg package"; return 1; }
+    fi
+    rm -rf "$dir/root"
+    dpkg-deb -x "$dir"/deb/"${pkg}"_*.deb "$dir/root"
+    [ -x "$dir/root/$2" ] || { log "no $2 in Debian's $pkg package"; return 1; }
+  fi
+  echo "$dir/root/$2"
 }

@@ -299,9 +299,17 @@ pub(crate) fn is_transient_status(status: u16) -> bool {
     status == 408 || status == 429 || (500..=599).contains(&status)
 }
 
-/// A short hint for an HTTP status, appended to the message.
-pub(crate) fn status_hint(status: u16) -> &'static str {
+/// A short hint for an HTTP status, appended to the message; `proxied`: the agent's
+/// environment names a proxy (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`), which may be the one
+/// refusing (tinyproxy answers a bad login with 401, not 407).
+pub(crate) fn status_hint(status: u16, proxied: bool) -> &'static str {
     match status {
+        407 => {
+            "; the proxy refused the credentials in HTTP_PROXY/HTTPS_PROXY: fix them in the agent's environment (its unit's drop-in)"
+        }
+        401 | 403 if proxied => {
+            "; the server, or the proxy in HTTP_PROXY/HTTPS_PROXY, refused access: check the proxy's credentials in the agent's environment, or use a public URL or the oci strategy with a token"
+        }
         401 | 403 => {
             "; the server refused anonymous access: use a public URL or the oci strategy with a token"
         }

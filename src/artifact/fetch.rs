@@ -155,7 +155,7 @@ impl Fetcher {
                         url: shown.to_string(),
                         status,
                         attempts: 1,
-                        hint: error::status_hint(status),
+                        hint: error::status_hint(status, proxy_in_environment()),
                     });
                 }
                 let len = resp.content_length();
@@ -304,6 +304,15 @@ fn map_reqwest(url: &str, e: &reqwest::Error) -> ArtifactError {
             detail,
         }
     }
+}
+
+/// Whether the environment names a proxy for reqwest to use (it reads these variables).
+fn proxy_in_environment() -> bool {
+    ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"].iter().any(|k| {
+        [k.to_string(), k.to_lowercase()]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+    })
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ mod artifact_fetch;
 mod artifact_links;
 mod artifact_oci;
 mod artifact_place;
+mod artifact_proxy;
 mod artifact_tls;
 mod artifact_trees;
 mod artifact_unpack;
