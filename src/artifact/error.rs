@@ -122,6 +122,10 @@ pub enum ArtifactError {
         transient: bool,
     },
 
+    /// The node's registry hosts configuration (containerd's `config_path`) cannot be used.
+    #[error("containerd's registry hosts configuration: {detail}")]
+    RegistryHosts { detail: String },
+
     /// The downloaded bytes do not have the expected sha256.
     #[error(
         "sha256 mismatch for {location}: expected {expected}, got {actual}; the artifact changed or the sha256 in the spec is wrong — nothing was installed"
@@ -240,6 +244,7 @@ impl ArtifactError {
             Transfer { .. } => "TransferFailed",
             LocalFile { .. } => "LocalFileUnreadable",
             Oci { .. } => "OciPullFailed",
+            RegistryHosts { .. } => "RegistryHostsInvalid",
             DigestMismatch { .. } => "DigestMismatch",
             DownloadTooLarge { .. } => "DownloadTooLarge",
             NotAnArchive { .. } => "NotAnArchive",

@@ -103,6 +103,8 @@ pub struct Fetcher {
     pub(crate) platform: Platform,
     /// The node's containerd, for `platforms` entries with a `containerd` range.
     pub(crate) containerd: Option<ContainerdVersion>,
+    /// containerd's registry hosts directories (local paths), for `oci` mirrors.
+    pub(crate) registry_hosts: Vec<std::path::PathBuf>,
 }
 
 impl Fetcher {
@@ -119,6 +121,7 @@ impl Fetcher {
             allow_unverified: false,
             platform: node_platform(),
             containerd: None,
+            registry_hosts: Vec::new(),
         })
     }
 
@@ -199,6 +202,13 @@ impl Fetcher {
     /// range); `None`, the default: unknown, and only entries without a range fit.
     pub fn for_containerd(mut self, version: Option<ContainerdVersion>) -> Self {
         self.containerd = version;
+        self
+    }
+
+    /// Pull `oci` artifacts through containerd's registry hosts in these directories (local
+    /// paths: its `config_path`), read at each fetch.
+    pub fn with_registry_hosts(mut self, dirs: Vec<std::path::PathBuf>) -> Self {
+        self.registry_hosts = dirs;
         self
     }
 

@@ -30,6 +30,7 @@ mod paths;
 mod pipeline;
 mod place;
 mod progress;
+pub mod registry_hosts;
 mod source;
 mod store;
 mod tree;

@@ -14,6 +14,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
 use super::pipeline::{Download, PipelineCtx, verify_and_unpack};
+use super::registry_hosts::{self, Endpoint};
 use super::source::{OciAuth, OciSource, parse_sha256};
 use super::{ArtifactError, Fetcher, Store, StoredArtifact};
 use crate::text::error_chain;
@@ -56,8 +57,17 @@ impl Fetcher {
             return Ok(found);
         }
 
-        let client = self.oci_client(src);
-        let manifest = self.pull_manifest(&client, &reference, &src.auth).await?;
+        let hosts = registry_hosts::load(&self.registry_hosts, reference.registry())
+            .map_err(|detail| ArtifactError::RegistryHosts { detail })?;
+        let endpoints = registry_hosts::endpoints(
+            reference.resolve_registry(),
+            hosts.as_ref(),
+            src.insecure_http,
+        );
+        let (manifest, served) = self
+            .pull_manifest(&endpoints, &reference, &src.auth)
+            .await?;
+        let (client, reference) = served;
         let layer = pick_layer(&manifest, src.layer.as_deref(), &shown)?;
         let layer_digest = parse_sha256(&layer.digest)?;
         if let Some(found) = store.get(&layer_digest) {
@@ -82,34 +92,53 @@ impl Fetcher {
         Ok(stored)
     }
 
-    /// The manifest a pinned reference names (oci-client checks it against the digest).
+    /// The manifest a pinned reference names (oci-client checks it against the digest), from
+    /// the first of `endpoints` that serves it (mirrors, then the upstream; every attempt
+    /// walks them all); with the client and the reference that got it.
     async fn pull_manifest(
         &self,
-        client: &Client,
+        endpoints: &[Endpoint],
         reference: &Reference,
         auth: &OciAuth,
-    ) -> Result<OciImageManifest, ArtifactError> {
+    ) -> Result<(OciImageManifest, (Client, Reference)), ArtifactError> {
         let shown = reference.whole();
         let auth = match auth {
             OciAuth::Anonymous => RegistryAuth::Anonymous,
             OciAuth::Bearer(t) => RegistryAuth::Bearer(t.clone()),
         };
-        let (manifest, _) = self
-            .with_retries(&shown, |_| {
-                let (auth, shown) = (&auth, &shown);
-                async move {
-                    client
-                        .auth(reference, auth, oci_client::RegistryOperation::Pull)
-                        .await
-                        .map_err(|e| map_oci(shown, e))?;
-                    client
-                        .pull_image_manifest(reference, auth)
-                        .await
-                        .map_err(|e| map_oci(shown, e))
+        self.with_retries(&shown, |_| {
+            let (auth, shown) = (&auth, &shown);
+            async move {
+                let mut failed: Vec<(String, ArtifactError)> = vec![];
+                for ep in endpoints {
+                    let at = at_endpoint(reference, ep);
+                    let got = async {
+                        let client = self.oci_client(ep)?;
+                        client
+                            .auth(&at, auth, oci_client::RegistryOperation::Pull)
+                            .await
+                            .map_err(|e| map_oci(shown, e))?;
+                        let (m, _) = client
+                            .pull_image_manifest(&at, auth)
+                            .await
+                            .map_err(|e| map_oci(shown, e))?;
+                        Ok::<_, ArtifactError>((m, client))
+                    }
+                    .await;
+                    match got {
+                        Ok((m, client)) => {
+                            if ep.mirror || ep.skip_verify {
+                                tracing::info!(reference = %shown, host = %ep.shown, insecure = ep.skip_verify, "OCI manifest from a registry host of containerd's config");
+                            }
+                            return Ok((m, (client, at)));
+                        }
+                        Err(e) => failed.push((ep.shown.clone(), e)),
+                    }
                 }
-            })
-            .await?;
-        Ok(manifest)
+                Err(all_failed(shown, failed))
+            }
+        })
+        .await
     }
 
     /// The layer, streamed through the verify-and-unpack pipeline into `staging` (retried
@@ -147,14 +176,23 @@ impl Fetcher {
         .await
     }
 
-    fn oci_client(&self, src: &OciSource) -> Client {
+    /// A client for one registry host: its protocol, the agent's CA roots and the host's,
+    /// `skip_verify`.
+    fn oci_client(&self, ep: &Endpoint) -> Result<Client, ArtifactError> {
         let platform = self.platform.clone();
+        let mut roots: Vec<Vec<u8>> = self.ca_pem.iter().map(|p| p.to_vec()).collect();
+        for ca in &ep.ca {
+            roots.push(std::fs::read(ca).map_err(|e| ArtifactError::RegistryHosts {
+                detail: format!("{}: CA file {}: {e}", ep.shown, ca.display()),
+            })?);
+        }
         let config = ClientConfig {
-            protocol: if src.insecure_http {
+            protocol: if ep.http {
                 ClientProtocol::Http
             } else {
                 ClientProtocol::Https
             },
+            accept_invalid_certificates: ep.skip_verify,
             connect_timeout: Some(self.limits.connect_timeout),
             read_timeout: Some(self.limits.read_timeout),
             platform_resolver: Some(Box::new(move |entries: &[ImageIndexEntry]| {
@@ -168,17 +206,16 @@ impl Fetcher {
                     })
                     .map(|e| e.digest.clone())
             })),
-            extra_root_certificates: self
-                .ca_pem
-                .iter()
-                .map(|pem| oci_client::client::Certificate {
+            extra_root_certificates: roots
+                .into_iter()
+                .map(|data| oci_client::client::Certificate {
                     encoding: oci_client::client::CertificateEncoding::Pem,
-                    data: pem.to_vec(),
+                    data,
                 })
                 .collect(),
             ..ClientConfig::default()
         };
-        Client::new(config)
+        Ok(Client::new(config))
     }
 
     fn lookup_ref(&self, store: &Store, key: &str) -> Option<StoredArtifact> {
@@ -234,6 +271,41 @@ fn pick_layer(
                 listed()
             ),
         }),
+    }
+}
+
+/// `reference` at another registry host (a mirror, or `server`): same repository and pin.
+fn at_endpoint(reference: &Reference, ep: &Endpoint) -> Reference {
+    let repo = reference.repository().to_string();
+    match (reference.digest(), reference.tag()) {
+        (Some(d), _) => Reference::with_digest(ep.registry.clone(), repo, d.to_string()),
+        (None, Some(t)) => Reference::with_tag(ep.registry.clone(), repo, t.to_string()),
+        (None, None) => Reference::with_tag(ep.registry.clone(), repo, "latest".into()),
+    }
+}
+
+/// Every host failed: one error naming each host and what it said; transient when any
+/// failure was.
+fn all_failed(shown: &str, mut failed: Vec<(String, ArtifactError)>) -> ArtifactError {
+    if failed.len() == 1
+        && let Some((_, e)) = failed.pop()
+    {
+        return e;
+    }
+    let transient = failed.iter().any(|(_, e)| e.is_transient());
+    let detail = failed
+        .iter()
+        .map(|(host, e)| match e {
+            ArtifactError::Oci { detail, .. } => format!("{host}: {detail}"),
+            other => format!("{host}: {other}"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    ArtifactError::Oci {
+        reference: shown.to_string(),
+        attempts: 1,
+        detail,
+        transient,
     }
 }
 

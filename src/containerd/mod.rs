@@ -36,6 +36,7 @@ mod doc;
 mod edit;
 mod error;
 mod forms;
+pub mod images;
 mod inline;
 mod inspect;
 mod io;

@@ -55,21 +55,7 @@ pub struct ProfileFacts {
 }
 
 /// What the config files say that matters to the doctor.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ConfigFacts {
-    /// The files read: the main file, then its drop-ins.
-    pub files: Vec<String>,
-    /// The config's `version` (1 when missing).
-    pub schema_version: i64,
-    /// The CRI registry `config_path`, when one is set.
-    pub registry_config_path: Option<String>,
-    /// Registries with deprecated `registry.mirrors` entries.
-    pub legacy_mirrors: Vec<String>,
-    /// Registries with deprecated `registry.configs` entries (auth, TLS).
-    pub legacy_configs: Vec<String>,
-    /// The sandbox image the config sets, when it sets one.
-    pub sandbox_image: Option<String>,
-}
+pub use crate::containerd::images::ImageSettings as ConfigFacts;
 
 /// One registry hosts directory (`certs.d`) and the registries it configures.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use super::config_view;
 use super::facts::*;
+use crate::containerd::images as config_view;
 use crate::hostroot::HostRoot;
 use crate::node::RuntimeHealth;
 use crate::node::cri::CriClient;
@@ -141,23 +141,7 @@ async fn node_facts(facts: &mut Facts, root: &HostRoot, settings: &Settings, p: 
 /// The config files the agent edits, read as it reads them.
 fn read_config(root: &HostRoot, p: &Profile) -> Probe<ConfigFacts> {
     let current = p.layout().load(root).map_err(|e| e.to_string())?;
-    let files = match &current {
-        crate::containerd::Current::Files(set) => std::iter::once(&set.main)
-            .chain(&set.dropins)
-            .collect::<Vec<_>>(),
-        crate::containerd::Current::GoTemplate(t) => {
-            let mut v = vec![&t.rendered];
-            v.extend(t.dropins.iter().flat_map(|d| d.files.iter()));
-            v
-        }
-    };
-    let mut facts = ConfigFacts::default();
-    for f in files {
-        let path = f.host_path.display().to_string();
-        let text = std::str::from_utf8(&f.bytes).map_err(|_| format!("{path} is not UTF-8"))?;
-        config_view::read_into(&mut facts, &path, text)?;
-    }
-    Ok(facts)
+    config_view::read_current(&current)
 }
 
 fn list_hosts_dirs(root: &HostRoot, config_path: &str) -> Vec<HostsDir> {
@@ -174,7 +158,7 @@ fn list_hosts_dirs(root: &HostRoot, config_path: &str) -> Vec<HostsDir> {
                 .filter_map(|e| {
                     let text = std::fs::read(e.path().join("hosts.toml")).ok()?;
                     let problem = match std::str::from_utf8(&text) {
-                        Ok(t) => config_view::hosts_toml_problem(t),
+                        Ok(t) => crate::artifact::registry_hosts::parse(t, &e.path()).err(),
                         Err(_) => Some("not UTF-8".into()),
                     };
                     let registry = crate::text::clip(&e.file_name().to_string_lossy(), 256);

@@ -6,7 +6,6 @@
 //! into [`Finding`]s (pure). A [`Level::Fail`] finding blocks installs: the command then
 //! exits non-zero.
 
-mod config_view;
 pub mod facts;
 pub mod gather;
 pub mod judge;

@@ -31,8 +31,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             undo.create_dir_all(&store_dir.join(sub))?;
         }
         let artifacts = Store::open(&store_dir)?;
-        let fetcher = fetcher(&self.settings.fetch, self.platform.clone(), progress)?
-            .for_containerd(self.containerd_version().await);
+        let fetcher = self.fetcher(progress).await?;
         let mut out = Vec::new();
         let mut bins = Vec::new();
         for (shim, origin) in installs {
@@ -98,6 +97,35 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
             p.record.shim_version = version;
         }
         Ok(out)
+    }
+
+    /// The fetcher for this node: the agent's fetch settings, its platform and containerd,
+    /// containerd's registry hosts.
+    async fn fetcher(&self, progress: bool) -> anyhow::Result<artifact::Fetcher> {
+        Ok(
+            fetcher(&self.settings.fetch, self.platform.clone(), progress)?
+                .for_containerd(self.containerd_version().await)
+                .with_registry_hosts(self.registry_hosts_dirs()),
+        )
+    }
+
+    /// containerd's registry hosts directories (its `config_path`) as local paths under the
+    /// root; none when its config sets none or cannot be read (the fetch then goes to each
+    /// registry directly, as containerd would).
+    fn registry_hosts_dirs(&self) -> Vec<std::path::PathBuf> {
+        let Ok(current) = self.profile.layout().load(self.root) else {
+            return vec![];
+        };
+        let Ok(images) = containerd::images::read_current(&current) else {
+            return vec![];
+        };
+        images
+            .registry_config_path
+            .map(|p| containerd::images::hosts_dirs(&p))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|d| self.root.resolve(d).ok())
+            .collect()
     }
 
     /// The containerd version that picks a Shim's build: what CRI `Version` reports (an image

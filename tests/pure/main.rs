@@ -21,6 +21,7 @@ mod support;
 mod api;
 mod artifact_fetch;
 mod artifact_links;
+mod artifact_mirrors;
 mod artifact_oci;
 mod artifact_place;
 mod artifact_proxy;

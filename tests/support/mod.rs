@@ -26,6 +26,7 @@ pub mod live;
 pub mod node_env;
 pub mod option_paths;
 pub mod proxy;
+pub mod registry;
 pub mod runtime_classes;
 pub mod shim_builder;
 pub mod shim_cases;

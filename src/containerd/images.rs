@@ -1,10 +1,26 @@
 //! What containerd's config says about images (pure): the sandbox image and the registry
-//! settings, in each config schema. Read from `containerd config dump` (the merged config,
-//! defaults included) where containerd can be run, else from the files, later ones winning.
+//! settings, in each config schema, read from its files (later ones winning) or from
+//! `containerd config dump`. The fetcher takes the registry hosts directories from here, and
+//! `doctor` reports all of it.
 
 use toml_edit::{DocumentMut, Item, TableLike};
 
-use super::facts::ConfigFacts;
+/// What the config files say about images.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageSettings {
+    /// The files read: the main file, then its drop-ins.
+    pub files: Vec<String>,
+    /// The config's `version` (1 when missing).
+    pub schema_version: i64,
+    /// The CRI registry `config_path`, when one is set.
+    pub registry_config_path: Option<String>,
+    /// Registries with deprecated `registry.mirrors` entries.
+    pub legacy_mirrors: Vec<String>,
+    /// Registries with deprecated `registry.configs` entries (auth, TLS).
+    pub legacy_configs: Vec<String>,
+    /// The sandbox image the config sets, when it sets one.
+    pub sandbox_image: Option<String>,
+}
 
 /// Where the CRI image settings live, by config `version`.
 fn images_plugin(version: i64) -> &'static [&'static str] {
@@ -31,7 +47,7 @@ fn keys_of(item: Option<&Item>) -> Vec<String> {
 }
 
 /// Fold one config file (or a dump) into `into`: what it sets replaces what came before.
-pub fn read_into(into: &mut ConfigFacts, path: &str, text: &str) -> Result<(), String> {
+pub fn read_into(into: &mut ImageSettings, path: &str, text: &str) -> Result<(), String> {
     let doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         format!(
             "{path} is not valid TOML: {}",
@@ -72,6 +88,27 @@ pub fn read_into(into: &mut ConfigFacts, path: &str, text: &str) -> Result<(), S
     Ok(())
 }
 
+/// What a layout's files (read by [`super::Layout::load`]) say about images.
+pub fn read_current(current: &super::Current) -> Result<ImageSettings, String> {
+    let files = match current {
+        super::Current::Files(set) => std::iter::once(&set.main)
+            .chain(&set.dropins)
+            .collect::<Vec<_>>(),
+        super::Current::GoTemplate(t) => {
+            let mut v = vec![&t.rendered];
+            v.extend(t.dropins.iter().flat_map(|d| d.files.iter()));
+            v
+        }
+    };
+    let mut out = ImageSettings::default();
+    for f in files {
+        let path = f.host_path.display().to_string();
+        let text = std::str::from_utf8(&f.bytes).map_err(|_| format!("{path} is not UTF-8"))?;
+        read_into(&mut out, &path, text)?;
+    }
+    Ok(out)
+}
+
 /// The directories of a `config_path` (`:`-separated, as containerd splits it).
 pub fn hosts_dirs(config_path: &str) -> Vec<String> {
     config_path
@@ -81,34 +118,12 @@ pub fn hosts_dirs(config_path: &str) -> Vec<String> {
         .collect()
 }
 
-/// Why containerd cannot use a `hosts.toml`, if it cannot (pure): it must parse, and every
-/// `[host."…"]` must be a table.
-pub fn hosts_toml_problem(text: &str) -> Option<String> {
-    let doc: DocumentMut = match text.parse() {
-        Ok(d) => d,
-        Err(e) => {
-            return Some(format!(
-                "not valid TOML: {}",
-                crate::text::clip(&e.to_string(), 512)
-            ));
-        }
-    };
-    match doc.get("host") {
-        Some(h) if h.as_table_like().is_none() => Some("`host` is not a table of mirrors".into()),
-        Some(h) => h
-            .as_table_like()
-            .and_then(|t| t.iter().find(|(_, v)| v.as_table_like().is_none()))
-            .map(|(k, _)| format!("host {k:?} is not a table")),
-        None => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn read(files: &[&str]) -> ConfigFacts {
-        let mut f = ConfigFacts::default();
+    fn read(files: &[&str]) -> ImageSettings {
+        let mut f = ImageSettings::default();
         for (i, t) in files.iter().enumerate() {
             read_into(&mut f, &format!("f{i}"), t).unwrap();
         }
@@ -165,7 +180,7 @@ config_path = ''
 
     #[test]
     fn broken_files_are_told_by_path_and_never_panic() {
-        let mut f = ConfigFacts::default();
+        let mut f = ImageSettings::default();
         let e = read_into(&mut f, "/etc/containerd/config.toml", "version = [").unwrap_err();
         assert!(
             e.starts_with("/etc/containerd/config.toml is not valid TOML"),
@@ -174,24 +189,5 @@ config_path = ''
         // keys of the wrong type are ignored, not trusted
         read_into(&mut f, "x", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nsandbox_image = 3\nregistry = 'x'\n").unwrap();
         assert_eq!(f.sandbox_image, None);
-        assert_eq!(
-            hosts_toml_problem(
-                "server = \"https://r\"\n[host.\"https://m\"]\ncapabilities = [\"pull\"]\n"
-            ),
-            None
-        );
-        assert!(
-            hosts_toml_problem("[host")
-                .unwrap()
-                .starts_with("not valid TOML")
-        );
-        assert_eq!(
-            hosts_toml_problem("host = 1").as_deref(),
-            Some("`host` is not a table of mirrors")
-        );
-        assert_eq!(
-            hosts_toml_problem("[host]\nx = 1").as_deref(),
-            Some("host \"x\" is not a table")
-        );
     }
 }

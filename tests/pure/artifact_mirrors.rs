@@ -1,0 +1,138 @@
+//! `oci` artifacts through containerd's registry hosts (`config_path`/`<registry>/hosts.toml`),
+//! against a real registry (Debian's docker-registry, TLS from a private CA): the upstream is
+//! unreachable, the first mirror is down, the second serves it with its own CA; a change in
+//! the directory takes effect at the next fetch; `skip_verify` does without the CA; the digest
+//! pin is what decides; a broken hosts.toml is its own reason.
+
+use std::path::Path;
+use std::time::Duration;
+
+use shim_agent::artifact::{FetchSpec, Fetcher, Limits, OciAuth, OciSource, RetryPolicy, Store};
+
+use crate::support::registry::{free_port, registry};
+use crate::support::{good_shim_tgz, sha256_hex};
+
+const TEST: &str = "artifact_mirrors";
+/// The registry the Shim names: `.invalid` never resolves (RFC 2606).
+const UPSTREAM: &str = "upstream.invalid:5000";
+
+fn fetcher(hosts: &Path) -> Fetcher {
+    let limits = Limits {
+        connect_timeout: Duration::from_secs(2),
+        read_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    let retry = RetryPolicy {
+        max_attempts: 1,
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(10),
+    };
+    Fetcher::new(limits, retry)
+        .unwrap()
+        .with_registry_hosts(vec![hosts.to_path_buf()])
+}
+
+fn spec(reference: &str) -> FetchSpec {
+    FetchSpec {
+        strategy: "oci".into(),
+        oci: Some(OciSource {
+            reference: reference.into(),
+            auth: OciAuth::Anonymous,
+            layer: None,
+            insecure_http: false,
+        }),
+        ..FetchSpec::default()
+    }
+}
+
+fn write_hosts(dir: &Path, text: &str) {
+    std::fs::create_dir_all(dir.join(UPSTREAM)).unwrap();
+    std::fs::write(dir.join(UPSTREAM).join("hosts.toml"), text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
+    let Some(reg) = registry(TEST) else { return };
+    let art = good_shim_tgz();
+    let manifest = reg.push("shims/demo", "v1", &art).await;
+    let reference = format!("{UPSTREAM}/shims/demo@{manifest}");
+    let d = tempfile::tempdir().unwrap();
+    let hosts = d.path().join("certs.d");
+    let store = Store::open(d.path().join("store")).unwrap();
+    let down = free_port();
+
+    // no hosts file: only the upstream, which does not resolve
+    let e = fetcher(&hosts)
+        .fetch(&spec(&reference), &store)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "OciPullFailed", "{e}");
+
+    // a mirror that is down, then the registry as a mirror with its CA
+    write_hosts(
+        &hosts,
+        &format!(
+            "server = \"https://{UPSTREAM}\"\n\n[host.\"https://127.0.0.1:{down}\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.\"https://{}\"]\n  capabilities = [\"pull\"]\n  ca = \"{}\"\n",
+            reg.host(),
+            reg.ca().display()
+        ),
+    );
+    let a = fetcher(&hosts)
+        .fetch(&spec(&reference), &store)
+        .await
+        .unwrap();
+    assert_eq!(a.digest, sha256_hex(&art));
+    assert!(a.dir.join("bin/containerd-shim-demo-v2").is_file());
+
+    // without its CA the mirror's certificate is refused; skip_verify does without it
+    let store2 = Store::open(d.path().join("store2")).unwrap();
+    write_hosts(
+        &hosts,
+        &format!(
+            "[host.\"https://{}\"]\n  capabilities = [\"pull\"]\n",
+            reg.host()
+        ),
+    );
+    let e = fetcher(&hosts)
+        .fetch(&spec(&reference), &store2)
+        .await
+        .unwrap_err();
+    let said = e.to_string();
+    assert!(
+        said.contains(&format!("https://{}", reg.host()))
+            && said.contains(&format!("https://{UPSTREAM}")),
+        "{said}"
+    );
+    write_hosts(
+        &hosts,
+        &format!(
+            "[host.\"https://{}\"]\n  capabilities = [\"pull\"]\n  skip_verify = true\n",
+            reg.host()
+        ),
+    );
+    let a = fetcher(&hosts)
+        .fetch(&spec(&reference), &store2)
+        .await
+        .unwrap();
+    assert_eq!(a.digest, sha256_hex(&art));
+
+    // the pin decides: a digest the mirror does not have is not taken from it under another
+    let store3 = Store::open(d.path().join("store3")).unwrap();
+    let other = reg.push("shims/demo", "v2", b"not the shim").await;
+    assert_ne!(other, manifest);
+    let wrong = format!("{UPSTREAM}/shims/demo@sha256:{}", "0".repeat(64));
+    let e = fetcher(&hosts)
+        .fetch(&spec(&wrong), &store3)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "OciPullFailed", "{e}");
+
+    // a hosts.toml containerd could not read either
+    write_hosts(&hosts, "[host.\"https://m\"\n");
+    let e = fetcher(&hosts)
+        .fetch(&spec(&wrong), &store3)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "RegistryHostsInvalid", "{e}");
+    assert!(e.to_string().contains("hosts.toml: not valid TOML"), "{e}");
+}

@@ -1,0 +1,136 @@
+//! A real OCI registry for the tests: Debian's docker-registry (the CNCF distribution
+//! registry), unpacked by scripts/lib.sh's `debian_tool` (scripts/test exports its path as
+//! `SHIM_AGENT_DOCKER_REGISTRY`), serving TLS with a certificate from the test CA
+//! ([`super::tls`]) on a free loopback port, its storage in a temporary directory. Stopped
+//! on drop. Without it the caller skips, unless `SHIM_AGENT_REQUIRE_REGISTRY=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, Config, ImageLayer};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+pub struct Registry {
+    child: Child,
+    pub port: u16,
+    /// The test CA that signed its certificate.
+    pub ca_pem: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn binary() -> Option<PathBuf> {
+    let p = std::env::var_os("SHIM_AGENT_DOCKER_REGISTRY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            "/var/tmp/shim-agent-tools/docker-registry/root/usr/bin/docker-registry".into()
+        });
+    p.is_file().then_some(p)
+}
+
+/// A free loopback port (closed again: nothing listens on it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A running registry, or `None` (skipped, saying why) without docker-registry here.
+pub fn registry(test: &str) -> Option<Registry> {
+    let Some(bin) = binary() else {
+        super::skip(
+            test,
+            "SHIM_AGENT_REQUIRE_REGISTRY",
+            "no docker-registry: run scripts/test, or set SHIM_AGENT_DOCKER_REGISTRY (Debian's docker-registry)",
+        );
+        return None;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    super::tls::make_certs(dir.path(), "registry.test");
+    let port = free_port();
+    let d = dir.path().display();
+    let conf = dir.path().join("config.yml");
+    std::fs::write(
+        &conf,
+        format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\n"
+        ),
+    )
+    .expect("write the registry's config");
+    let child = Command::new(bin)
+        .arg("serve")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start docker-registry");
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "docker-registry did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(Registry {
+        child,
+        port,
+        ca_pem: dir.path().join("ca.pem"),
+        _dir: dir,
+    })
+}
+
+impl Registry {
+    /// `127.0.0.1:PORT`.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Push `layer` as the one layer of an artifact `repo:tag`; its manifest digest.
+    pub async fn push(&self, repo: &str, tag: &str, layer: &[u8]) -> String {
+        // as the agent does before its first client (a second install is refused: fine)
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = Client::new(ClientConfig {
+            extra_root_certificates: vec![Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: std::fs::read(&self.ca_pem).expect("the test CA"),
+            }],
+            ..ClientConfig::default()
+        });
+        let reference: Reference = format!("{}/{repo}:{tag}", self.host())
+            .parse()
+            .expect("reference");
+        let layers = [ImageLayer::new(
+            layer.to_vec(),
+            "application/vnd.oci.image.layer.v1.tar+gzip".into(),
+            None,
+        )];
+        let config = Config::new(
+            b"{}".to_vec(),
+            "application/vnd.oci.empty.v1+json".into(),
+            None,
+        );
+        client
+            .push(&reference, &layers, config, &RegistryAuth::Anonymous, None)
+            .await
+            .expect("push to docker-registry");
+        client
+            .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
+            .await
+            .expect("the pushed manifest's digest")
+    }
+
+    /// The CA file's path.
+    pub fn ca(&self) -> &Path {
+        &self.ca_pem
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
