@@ -1,22 +1,25 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # CLUSTER_ROOT, CLUSTER_WASM_*: read by the scripts that source it
-# A local cluster as shim-agent's users run it, for scripts/demo and tests/e2e: a control plane
-# (.ci/kube-env: etcd, kube-apiserver, controller manager, scheduler), the .deb installed into a
-# Debian node image (.ci/node-env) the way an image builder does, the node booted with
-# systemd-nspawn and joined with a real kubelet, real runtimes as file:// artifacts.
+# A local cluster as shim-agent's users run it, for scripts/demo, tests/e2e and tests/deployment:
+# a control plane (.ci/kube-env: etcd, kube-apiserver, controller manager with the controllers a
+# Deployment needs, scheduler), the .deb installed into a Debian node image (.ci/node-env) the way
+# an image builder does, the node booted with systemd-nspawn and joined with a real kubelet, the
+# coordinator as the manifests' Deployment (its image loaded into the nodes' containerd, its pods
+# on the joined nodes), real runtimes as file:// artifacts.
 # Source it from bash with `set -euo pipefail` (it sources scripts/lib.sh: step, info, ok, fail);
 # call cluster_cleanup from an EXIT trap.
 #
 # Set before sourcing:
-#   CLUSTER_NAME   this run's name (demo, e2e): its work folder CLUSTER_WORK (default
-#                  /var/tmp/shim-agent-NAME), its artifacts /srv/shim-agent-NAME, its coordinator's
-#                  identity NAME-coordinator
+#   CLUSTER_NAME   this run's name (demo, e2e, deploy): its work folder CLUSTER_WORK (default
+#                  /var/tmp/shim-agent-NAME), its artifacts /srv/shim-agent-NAME, the label
+#                  shim-agent.dev/cluster=NAME on the nodes it joins (where its coordinator pods go)
 #   the kube env instance, as .ci/kube-env/env.sh reads it: KUBE_ENV_NAME, KUBE_ENV_PORT,
 #   KUBE_ENV_ETCD_PORT, KUBE_ENV_ETCD_PEER_PORT, KUBE_ENV_KCM_PORT, KUBE_ENV_SCHED_PORT (unset:
 #   the default instance, the cargo tests'); and the kubelets' ports KUBELET_PORT,
 #   KUBELET_HEALTHZ_PORT (the nodes share the host's network)
 #   CLUSTER_KUBE_OWN=1   the instance is this run's own: stopped and wiped at exit; otherwise
-#                  it may be shared, and only what this run started is stopped
+#                  it may be shared, and only what this run started or replaced is stopped or
+#                  restored (the scheduler, a controller manager without the Deployment's controllers)
 # Binaries: KUBEBUILDER_ASSETS (see .ci/kube-env/assets.sh); containerd 2.x builds:
 # CONTAINERD_BUILDS_DIR (holding unpack.sh, as scripts/test uses) or INFRA_CONTAINERD_BINS.
 
@@ -31,6 +34,10 @@ CLUSTER_WORK=${CLUSTER_WORK:-/var/tmp/shim-agent-$CLUSTER_NAME}
 CLUSTER_NODES=()      # machines booted (or prepared) by this run, stopped and purged at exit
 CLUSTER_KUBE_UP=0     # 1 once cluster_control_plane_up ran: cluster_cleanup stops what it must
 CLUSTER_KUBE_STARTED= # what of the instance this run started: all, kube-scheduler, or nothing
+# The controllers the coordinator's Deployment needs beside the kube env's default ones.
+CLUSTER_KCM_EXTRA=deployment-controller,replicaset-controller,disruption-controller
+CLUSTER_KCM_ORIG=""   # a shared instance's controller manager this run replaced: the --controllers
+                      # it ran with (started so again at exit), or none (there was none: stopped)
 
 # Every env the run needs, or the first one missing (printed), with status 1.
 cluster_missing_env() {
@@ -79,16 +86,51 @@ k() { "$CLUSTER_ASSETS/kubectl" --kubeconfig "$CLUSTER_KUBECONFIG" "$@"; }
 export KUBELET_ADDRESS=${KUBELET_ADDRESS:-0.0.0.0}
 # cluster_kube_pid NAME: the pid of the instance's component NAME (kube-apiserver, ...), if it runs.
 cluster_kube_pid() { (. "$CLUSTER_KUBE_ENV/env.sh" && pid_alive "$1"); }
+# cluster_kube_kill PID SECS: as down.sh stops a component: SIGTERM, SIGKILL after SECS seconds.
+cluster_kube_kill() {
+  local pid=$1 i
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < $2 * 4; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
+}
+# cluster_kcm_lacks CONTROLLERS: some controller of CLUSTER_KCM_EXTRA is not in the comma list
+# CONTROLLERS (a controller manager's --controllers).
+cluster_kcm_lacks() {
+  local c
+  [[ ",$1," != *",*,"* ]] || return 1
+  for c in ${CLUSTER_KCM_EXTRA//,/ }; do [[ ",$1," == *",$c,"* ]] || return 0; done
+  return 1
+}
 # The instance started, or taken as it runs (up.sh starts only what is missing: here the
 # scheduler, which the cargo tests' instance runs without). up.sh keeps a running API server
 # as it is, so one started without a kubelet client certificate (scripts/test starts the cargo
-# tests' so) is stopped first and started again with one.
+# tests' so) is stopped first and started again with one. The controller manager runs the
+# deployment, replicaset and disruption controllers too (the coordinator's Deployment): a running
+# one without them (the cargo tests' runs the kube env's default list) is stopped and started
+# again with its list and them; cluster_stop_control_plane starts it again as it was.
 cluster_control_plane_up() {
-  local pid pki=${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}/pki
+  local pid have pki=${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}/pki
   CLUSTER_ASSETS=$("$CLUSTER_KUBE_ENV/assets.sh")
   CLUSTER_KUBE_UP=1
   if ! cluster_kube_pid kube-apiserver >/dev/null; then CLUSTER_KUBE_STARTED=all
   elif ! cluster_kube_pid kube-scheduler >/dev/null; then CLUSTER_KUBE_STARTED=kube-scheduler
+  fi
+  # the kube env's default list (env.sh's), or the caller's, and the Deployment's controllers
+  have=${KUBE_ENV_KCM_CONTROLLERS:-$(unset KUBE_ENV_KCM_CONTROLLERS; . "$CLUSTER_KUBE_ENV/env.sh" && echo "$KCM_CONTROLLERS")}
+  cluster_kcm_lacks "$have" && have+=,$CLUSTER_KCM_EXTRA
+  export KUBE_ENV_KCM_CONTROLLERS=$have
+  if [ "$CLUSTER_KUBE_STARTED" != all ] && [ "${CLUSTER_KUBE_OWN:-0}" != 1 ]; then
+    if ! pid=$(cluster_kube_pid kube-controller-manager); then CLUSTER_KCM_ORIG=none
+    else
+      have=$(tr '\0' '\n' <"/proc/$pid/cmdline" | sed -n 's/^--controllers=//p')
+      if cluster_kcm_lacks "$have"; then
+        info "restarting the controller manager of kube env ${KUBE_ENV_NAME:-default} with the deployment, replicaset and disruption controllers (the coordinator's Deployment)"
+        CLUSTER_KCM_ORIG=$have
+        export KUBE_ENV_KCM_CONTROLLERS=$have,$CLUSTER_KCM_EXTRA
+        cluster_kube_kill "$pid" 10
+      fi
+    fi
   fi
   "$CLUSTER_KUBE_ENV/pki.sh"
   "$CLUSTER_KUBE_ENV/identity.sh" kube-apiserver-kubelet-client system:masters >/dev/null
@@ -96,42 +138,131 @@ cluster_control_plane_up() {
   if pid=$(cluster_kube_pid kube-apiserver) &&
     ! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -q '^--kubelet-client-certificate='; then
     info "restarting the API server of kube env ${KUBE_ENV_NAME:-default} with a kubelet client certificate (kubectl logs)"
-    # as down.sh stops it: SIGTERM, SIGKILL after 15 s (it stops listening at once, but may
-    # take a minute to exit while clients hold connections; up.sh would keep it meanwhile)
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -KILL "$pid" 2>/dev/null || true
-    for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    # SIGKILL after 15 s (it stops listening at once, but may take a minute to exit while
+    # clients hold connections; up.sh would keep it meanwhile)
+    cluster_kube_kill "$pid" 15
     # A scheduler that another client started lived through that restart (and maybe
     # earlier ones); one such scheduler in CI never placed a pod again. up.sh starts a
     # fresh one, which this run then owns and stops.
     if pid=$(cluster_kube_pid kube-scheduler); then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-      kill -KILL "$pid" 2>/dev/null || true
+      cluster_kube_kill "$pid" 10
       CLUSTER_KUBE_STARTED=kube-scheduler
     fi
   fi
   CLUSTER_KUBECONFIG=$("$CLUSTER_KUBE_ENV/up.sh" | tail -n 1)
   export CLUSTER_KUBECONFIG CLUSTER_ASSETS
 }
-# The coordinator, as an operator runs it where no node's credential is: the packaged binary
-# ($1) with `shim-agent coordinate` and a coordinator identity (a certificate in the group
-# containerd.x-k8s.io:coordinators), on this host, until cluster_cleanup. Node agents hold no
-# cluster-wide verbs (docs/design.md §7): the finalizer, the RuntimeClasses, the Shims' status
-# and the rollout slots are its work.
-CLUSTER_COORDINATOR_PID=""
-cluster_coordinator_up() {
-  local kc
-  kc=$("$CLUSTER_KUBE_ENV/identity.sh" shim-agent:coordinator containerd.x-k8s.io:coordinators)
-  mkdir -p "$CLUSTER_WORK"
-  "$1" --config /dev/null coordinate --kubeconfig "$kc" --identity "$CLUSTER_NAME-coordinator" \
-    >"$CLUSTER_WORK/coordinator.log" 2>&1 &
-  CLUSTER_COORDINATOR_PID=$!
+# --- the coordinator: the manifests' Deployment, its pods on this run's nodes ------------------
+# As an operator deploys it (docs/operators.md#run-a-coordinator; running it on trusted nodes, or
+# as `shim-agent coordinate` anywhere with credentials of its own, is documented there too): the
+# image scripts/image builds from a release binary, loaded into each node's containerd (no
+# registry here), and the manifests applied with an overlay for what this environment lacks.
+# Node agents hold no cluster-wide verbs (docs/design.md §7): the finalizer, the RuntimeClasses,
+# the Shims' status and the rollout slots are its work.
+CLUSTER_COORD_NS=shim-agent-system
+CLUSTER_COORD_SEL=app.kubernetes.io/component=coordinator
+CLUSTER_NODE_LABEL=shim-agent.dev/cluster   # =CLUSTER_NAME on the nodes this run joins
+CLUSTER_COORD_IMAGE=${CLUSTER_COORD_IMAGE:-}   # the image's OCI archive: cluster_node_join imports it
+# cluster_coordinator_image [BIN]: the coordinator's image built by scripts/image from BIN (a
+# release binary: the package's), or from the binary scripts/package stages; CLUSTER_COORD_IMAGE
+# names its archive. An archive already named there is kept.
+cluster_coordinator_image() {
+  [ -z "$CLUSTER_COORD_IMAGE" ] || return 0
+  CLUSTER_COORD_IMAGE=$(cd "$CLUSTER_REPO" && scripts/image ${1:+"$1"}) || fail "scripts/image failed"
+  [ -f "$CLUSTER_COORD_IMAGE" ] || fail "scripts/image printed no archive: $CLUSTER_COORD_IMAGE"
 }
-cluster_coordinator_down() {
-  [ -z "$CLUSTER_COORDINATOR_PID" ] || { kill "$CLUSTER_COORDINATOR_PID" 2>/dev/null || true; wait "$CLUSTER_COORDINATOR_PID" 2>/dev/null || true; }
-  CLUSTER_COORDINATOR_PID=""
+# cluster_coordinator_deploy BASE [REPLICAS]: the manifests, BASE a kustomize base (a folder:
+# deploy/kustomize) or a shim-agent binary (the package's: its `shim-agent manifests`), applied
+# with this environment's overlay: host network (no CNI; so at most one replica a node: each
+# listens on 8080), the not-ready taint tolerated (no CNI: no node is Ready), only the nodes this
+# run joined (a shared kube env holds the cargo tests' Nodes, with no kubelet), the image never
+# pulled (cluster_node_join loaded it), the API server itself as the pods reach it (no
+# kube-proxy); REPLICAS, if given, instead of the manifests' two. Prints what kubectl applied;
+# returns once the CRDs are established; the pods start as the nodes join
+# (cluster_coordinator_wait).
+cluster_coordinator_deploy() {
+  local overlay=$CLUSTER_WORK/coordinator
+  rm -rf "$overlay"; mkdir -p "$overlay/base"
+  if [ -d "$1" ]; then cp -r "$1/." "$overlay/base/"
+  else
+    "$1" manifests >"$overlay/base/manifests.yaml" || fail "$1 manifests"
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [manifests.yaml]\n' >"$overlay/base/kustomization.yaml"
+  fi
+  cat >"$overlay/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [base]
+patches:
+- target: {kind: Deployment, name: shim-agent-coordinator}
+  patch: |
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: shim-agent-coordinator, namespace: $CLUSTER_COORD_NS}
+    spec:
+$( [ -z "${2:-}" ] || printf '      replicas: %s\n' "$2" )
+      template:
+        spec:
+          hostNetwork: true
+          nodeSelector: {$CLUSTER_NODE_LABEL: $CLUSTER_NAME}
+          tolerations: [{key: node.kubernetes.io/not-ready, operator: Exists, effect: NoSchedule}]
+          affinity:
+            podAntiAffinity:
+              requiredDuringSchedulingIgnoredDuringExecution:
+              - topologyKey: kubernetes.io/hostname
+                labelSelector: {matchLabels: {app.kubernetes.io/component: coordinator}}
+          containers:
+          - name: coordinator
+            imagePullPolicy: Never
+            env:
+            - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+            - {name: KUBERNETES_SERVICE_PORT, value: "${KUBE_ENV_PORT:-6443}"}
+YAML
+  # This control plane's API server is an OpenShift build of Kubernetes: its ServiceAccount
+  # admission adds the ConfigMap openshift-service-ca.crt to every pod's token volume, which a
+  # plain cluster has no such thing to fill: give it one (the cluster's CA), or no pod starts.
+  k get namespace "$CLUSTER_COORD_NS" >/dev/null 2>&1 || k create namespace "$CLUSTER_COORD_NS" >/dev/null
+  k -n "$CLUSTER_COORD_NS" create configmap openshift-service-ca.crt \
+    --from-file=service-ca.crt="${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}/pki/ca.crt" \
+    --dry-run=client -o yaml | k apply -f - >/dev/null
+  k apply --server-side --force-conflicts -k "$overlay"
+  k wait --for condition=established --timeout=60s crd/shims.containerd.x-k8s.io >/dev/null
+}
+# cluster_coordinator_holder: the coordinator Lease's holder (a pod's name), if any.
+cluster_coordinator_holder() {
+  k -n "$CLUSTER_COORD_NS" get shimlease shim-agent-coordinator -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null
+}
+# cluster_coordinator_elected [NOT]: a Ready coordinator pod (not NOT) holds the Lease.
+cluster_coordinator_elected() {
+  local h
+  h=$(cluster_coordinator_holder) && [ -n "$h" ] && [ "$h" != "${1:-}" ] &&
+    [ "$(k -n "$CLUSTER_COORD_NS" get pod "$h" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+# cluster_coordinator_wait [SECS] [NOT]: a coordinator pod (not NOT) elected within SECS (120).
+cluster_coordinator_wait() {
+  eventually "${1:-120}" "a coordinator pod${2:+ other than $2} Ready and holding the coordinator Lease" cluster_coordinator_elected "${2:-}"
+}
+# cluster_coordinator_pods: its pods, NAME NODE PHASE, one a line.
+cluster_coordinator_pods() {
+  k -n "$CLUSTER_COORD_NS" get pods -l "$CLUSTER_COORD_SEL" \
+    -o 'jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase}{"\n"}{end}' 2>/dev/null
+}
+# cluster_coordinator_remove: the Deployment and its pods deleted (from a shared kube env, at
+# exit): at once for those on nodes gone; the others stop and release the Lease on SIGTERM.
+cluster_coordinator_remove() {
+  [ -n "$CLUSTER_KUBECONFIG" ] || return 0
+  k -n "$CLUSTER_COORD_NS" delete deployment shim-agent-coordinator --cascade=foreground --wait=false >/dev/null 2>&1 || true
+  k -n "$CLUSTER_COORD_NS" delete pods -l "$CLUSTER_COORD_SEL" --timeout=20s >/dev/null 2>&1 ||
+    k -n "$CLUSTER_COORD_NS" delete pods -l "$CLUSTER_COORD_SEL" --force --grace-period=0 >/dev/null 2>&1 || true
+}
+# What the coordinator did: its pods, the Deployment's and the pods' events, each pod's log.
+cluster_coordinator_diagnose() {
+  local p
+  echo "--- the coordinator's pods (kubectl -n $CLUSTER_COORD_NS get pods -o wide)"; k -n "$CLUSTER_COORD_NS" get pods -o wide 2>&1 || true
+  echo "--- the coordinator Lease's holder: $(cluster_coordinator_holder)"
+  echo "--- kubectl -n $CLUSTER_COORD_NS describe deployment,pods (last 60)"; k -n "$CLUSTER_COORD_NS" describe deployment,pods 2>&1 | tail -n 60 || true
+  for p in $(k -n "$CLUSTER_COORD_NS" get pods -l "$CLUSTER_COORD_SEL" -o name 2>/dev/null); do
+    echo "--- kubectl logs $p (last 60)"; k -n "$CLUSTER_COORD_NS" logs "$p" --tail=60 --request-timeout=20s 2>&1 || true
+  done
 }
 
 # --- artifacts: file:// URLs, at the same path on the host (where `install --root` reads them
@@ -229,13 +360,31 @@ cluster_node_boot() {
     INFRA_FRESH=0 INFRA_NETWORK=host INFRA_CGROUP=hybrid "$CLUSTER_NODE_ENV/boot.sh" 2>&1 >/dev/null | sed 's/^/    /'
 }
 # cluster_node_join MACHINE: as `kubeadm join` on the booted node: the images, the CA and the
-# kubelet's kubeconfig written into it, the kubelet started (kubelet-node.sh join).
-cluster_node_join() { env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$CLUSTER_KUBE_ENV/kubelet-node.sh" join | sed 's/^/    /'; }
+# kubelet's kubeconfig written into it, the kubelet started (kubelet-node.sh join); before, the
+# coordinator's image (CLUSTER_COORD_IMAGE) loaded into its containerd; after, the Node labelled
+# CLUSTER_NODE_LABEL=CLUSTER_NAME: the coordinator's pods may run there.
+cluster_node_join() {
+  [ -z "$CLUSTER_COORD_IMAGE" ] || cluster_import_image "$1" "/var/tmp/node-env/$1" "$CLUSTER_COORD_IMAGE"
+  env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$CLUSTER_KUBE_ENV/kubelet-node.sh" join | sed 's/^/    /'
+  k label node "$1" --overwrite "$CLUSTER_NODE_LABEL=$CLUSTER_NAME" >/dev/null
+}
 # X MACHINE CMD...: run CMD inside the node.
 X() { local m=$1; shift; env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$m" "$CLUSTER_NODE_ENV/exec.sh" "$@"; }
 cluster_node_stop() {
   env -u INFRA_ROOT -u INFRA_RUN INFRA_MACHINE="$1" "$CLUSTER_NODE_ENV/stop.sh" --purge >/dev/null 2>&1 || true
   rm -rf "/var/tmp/node-env/run/$1"   # its console log
+}
+# cluster_node_remove MACHINE: a joined node taken out of the cluster: cordoned, the coordinator's
+# pods on it deleted while its kubelet runs (the elected one releases the Lease on SIGTERM; the
+# ReplicaSet starts another on a node still joined, if any), stopped and purged, its Node
+# deleted, and what of its pods is left deleted at once (no kubelet is left to confirm, and no
+# node-lifecycle controller runs here to evict them).
+cluster_node_remove() {
+  k cordon "$1" >/dev/null 2>&1 || true
+  k -n "$CLUSTER_COORD_NS" delete pods -l "$CLUSTER_COORD_SEL" --field-selector "spec.nodeName=$1" --timeout=30s >/dev/null 2>&1 || true
+  cluster_node_stop "$1"
+  k delete node "$1" --wait=false >/dev/null 2>&1 || true
+  k -n "$CLUSTER_COORD_NS" delete pods -l "$CLUSTER_COORD_SEL" --field-selector "spec.nodeName=$1" --force --grace-period=0 >/dev/null 2>&1 || true
 }
 
 # containerd's config as the agent may change it (config.toml, conf.d/*), one line per file.
@@ -287,7 +436,7 @@ $( [ -z "${3:-}" ] || printf '    command: ["/%s"]\n' "$3" )
 YAML
 }
 
-# What went wrong: the agent's and the kubelet's journals and the objects.
+# What went wrong: the agent's and the kubelet's journals, the coordinator's pods and logs, the objects.
 cluster_diagnose() {
   local m=$1
   echo "---------------- diagnostics for $m ----------------"
@@ -297,10 +446,8 @@ cluster_diagnose() {
     echo "--- journalctl -u containerd (in $m, last 40)"; X "$m" journalctl -u containerd --no-pager -n 40 -o short-precise 2>&1 || true
     echo "--- shim-agent status (in $m)"; X "$m" shim-agent status 2>&1 || true
   fi
-  if [ -f "$CLUSTER_WORK/coordinator.log" ]; then
-    echo "--- the coordinator's log (shim-agent coordinate, last 60)"; tail -n 60 "$CLUSTER_WORK/coordinator.log" || true
-  fi
   if [ -n "$CLUSTER_KUBECONFIG" ]; then
+    cluster_coordinator_diagnose
     echo "--- kubectl describe shims"; k describe shims 2>&1 || true
     echo "--- the rollout slots (holder, owners, reservation)"
     k get shimleases -A -o custom-columns='NAME:.metadata.name,HOLDER:.spec.holderIdentity,OWNERS:.metadata.ownerReferences[*].name,OWNER_UIDS:.metadata.ownerReferences[*].uid,LABELS:.metadata.labels' 2>&1 || true
@@ -312,8 +459,8 @@ cluster_diagnose() {
   fi
 }
 
-# Stops everything this run started: the coordinator, the nodes (purged), the artifacts, the
-# control plane (its own instance: wiped), the work folder.
+# Stops everything this run started: the nodes (purged; the coordinator's pods with them), the
+# artifacts, the control plane (its own instance: wiped), the work folder.
 cluster_cleanup() {
   cluster_stop_nodes
   cluster_stop_control_plane
@@ -321,13 +468,14 @@ cluster_cleanup() {
 }
 cluster_stop_nodes() {
   local m
-  cluster_coordinator_down
   for m in "${CLUSTER_NODES[@]}"; do cluster_node_stop "$m"; done
   CLUSTER_NODES=()
   rm -rf "$CLUSTER_ART"
 }
 # Its own instance (CLUSTER_KUBE_OWN=1) stopped and wiped, pki and logs too; a shared one
-# stopped if this run started it (its data kept), else only the scheduler this run added.
+# stopped if this run started it (its data kept), else only the scheduler this run added
+# stopped, and the controller manager it replaced started again as it was (or the one it added
+# stopped).
 cluster_stop_control_plane() {
   local pid
   [ "$CLUSTER_KUBE_UP" = 1 ] || return 0
@@ -336,8 +484,18 @@ cluster_stop_control_plane() {
     rm -rf "${KUBE_ENV_STATE:-/var/tmp/kube-env}/${KUBE_ENV_NAME:-default}"
   elif [ "$CLUSTER_KUBE_STARTED" = all ]; then
     "$CLUSTER_KUBE_ENV/down.sh" >/dev/null 2>&1 || true
-  elif [ "$CLUSTER_KUBE_STARTED" = kube-scheduler ] && pid=$(cluster_kube_pid kube-scheduler); then
-    kill "$pid" 2>/dev/null || true
+  else
+    if [ "$CLUSTER_KUBE_STARTED" = kube-scheduler ] && pid=$(cluster_kube_pid kube-scheduler); then
+      kill "$pid" 2>/dev/null || true
+    fi
+    if [ -n "$CLUSTER_KCM_ORIG" ]; then
+      if pid=$(cluster_kube_pid kube-controller-manager); then cluster_kube_kill "$pid" 10; fi
+      if [ "$CLUSTER_KCM_ORIG" != none ]; then
+        KUBE_ENV_KCM_CONTROLLERS=$CLUSTER_KCM_ORIG KUBE_ENV_SCHEDULER=0 "$CLUSTER_KUBE_ENV/up.sh" >/dev/null 2>&1 ||
+          echo "could not start the controller manager of kube env ${KUBE_ENV_NAME:-default} again (--controllers=$CLUSTER_KCM_ORIG)" >&2
+      fi
+      CLUSTER_KCM_ORIG=""
+    fi
   fi
   CLUSTER_KUBE_UP=0
 }

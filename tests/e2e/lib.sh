@@ -20,16 +20,21 @@
 # Shared, one after the other as scripts/test runs them (cargo test has finished; each suite
 # only after the other): what the e2e makes is named e2e-* (Shims, RuntimeClasses, Nodes, pods)
 # and removed by name at exit and before it starts (e2e_sweep_*), never by wiping the instance;
-# its Shims select every node, so they go first. Its coordinator takes the cluster's one
-# coordinator Lease while it runs and releases it on SIGTERM; meanwhile it tends every Shim, as
-# any coordinator does (finalizer, status, rollout slots), others' too. What the cargo tests
-# leave (their Nodes, Shims that select only their own nodes) does not reach its nodes; what
-# would (a Shim without a nodeSelector, a ShimExtension without a shimSelector, left by a failed
-# cargo test) stops it at the start with their names (e2e_foreign_objects). Not safe: running
-# it while cargo tests use the same instance (their coordinators and its would share the Lease;
-# it stops first when it sees another client of that API server: e2e_shared_env_idle), and an
-# e2e killed with SIGKILL (its Shims stay and reach the next cargo tests' nodes: any e2e run
-# removes them first thing, or `kubectl delete shims` them).
+# its Shims select every node, so they go first. Its coordinator is the manifests' Deployment
+# (scripts/lib/cluster.sh: one replica, only on the e2e's own nodes, which carry the label
+# shim-agent.dev/cluster=e2e), run by the deployment and replicaset controllers: the cargo tests'
+# controller manager runs without them, so it is restarted with them and started again as it
+# was at exit. The Deployment's pod takes the cluster's one coordinator Lease while it runs and
+# releases it on SIGTERM (a node removed: its pod deleted first; at exit the Deployment is
+# deleted); meanwhile it tends every Shim, as any coordinator does (finalizer, status, rollout
+# slots), others' too. What the cargo tests leave (their Nodes, Shims that select only their own
+# nodes) does not reach its nodes; what would (a Shim without a nodeSelector, a ShimExtension
+# without a shimSelector, left by a failed cargo test) stops it at the start with their names
+# (e2e_foreign_objects). Not safe: running it while cargo tests use the same instance (their
+# coordinators and its would share the Lease; it stops first when it sees another client of that
+# API server: e2e_shared_env_idle), and an e2e killed with SIGKILL (its Shims stay and reach the
+# next cargo tests' nodes: any e2e run removes them first thing, or `kubectl delete shims` them;
+# its Deployment stays too, its pod Pending: only the e2e's nodes take it).
 # Both ways, its kubelets listen on KUBELET_PORT=10650 KUBELET_HEALTHZ_PORT=10648 (beside the node
 # env's), and E2E_WORK is its work folder (default /var/tmp/shim-agent-e2e).
 
@@ -48,13 +53,6 @@ CLUSTER_NAME=e2e CLUSTER_WORK=$E2E_WORK
 # shellcheck source-path=SCRIPTDIR source=../../scripts/lib/cluster.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/cluster.sh"
 E2E_FAILED_CONTEXT="" # the node to describe when something fails
-
-# CRD, namespace, RBAC and admission policy, from the packaged binary ($1) (over the cargo
-# tests' own apply of deploy/manifests.yaml in a shared kube env).
-e2e_apply_manifests() {
-  "$1" manifests | k apply --server-side --force-conflicts -f - >/dev/null
-  k wait --for condition=established --timeout=60s crd/shims.containerd.x-k8s.io >/dev/null
-}
 
 # --- a shared kube env: the e2e's objects by name, and the objects of others that would reach it
 # e2e_sweep_shims: its Shims, deleted and their finalizers dropped (no node or coordinator of
@@ -120,10 +118,12 @@ e2e_shared_env_idle() {
   users=$(sed -n 's/users:(("\(.*\)",pid=/\1 pid /p' <<<"$users" | sort -u | paste -sd, -)
   [ -z "$users" ] || fail "kube env ${KUBE_ENV_NAME:-default} on port $port is in use by: $users. Run with E2E_KUBE_ENV=own, or when it is idle"
 }
-# Everything this run started or made: in a shared kube env its Shims first, then the nodes
-# stopped, then its Nodes, pods and RuntimeClasses; then the control plane (see the header).
+# Everything this run started or made: in a shared kube env its Shims first, then the
+# coordinator's Deployment, then the nodes stopped, then its Nodes, pods and RuntimeClasses; then
+# the control plane (see the header).
 e2e_cleanup() {
   e2e_sweep_shims
+  [ "$E2E_KUBE_ENV" != shared ] || cluster_coordinator_remove
   cluster_stop_nodes
   e2e_sweep_nodes
   cluster_stop_control_plane
