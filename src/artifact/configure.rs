@@ -27,6 +27,14 @@ pub fn fetcher(f: &FetchSettings, platform: Platform, progress: bool) -> anyhow:
         .allow_unverified(f.allow_unverified)
         .for_platform(platform)
         .with_progress(progress);
+    let providers =
+        (!f.credential_provider_config.is_empty()).then(|| super::credential_exec::ProviderSetup {
+            config: f.credential_provider_config.clone().into(),
+            bin_dir: f.credential_provider_bin_dir.clone().into(),
+            timeout: std::time::Duration::from_secs(f.credential_provider_timeout_secs),
+        });
+    let docker_config = (!f.registry_config.is_empty()).then(|| f.registry_config.clone().into());
+    let fetcher = fetcher.with_node_credentials(providers, docker_config);
     Ok(match f.ca_file.as_str() {
         "" => fetcher,
         path => fetcher.with_ca_pem(

@@ -122,6 +122,19 @@ pub enum ArtifactError {
         transient: bool,
     },
 
+    /// The node's registry credentials could not be had (a credential provider failed or
+    /// timed out, a `config.json` that cannot be read); never the secret.
+    #[error("registry credentials for {registry}: {detail}")]
+    Credentials { registry: String, detail: String },
+
+    /// A registry refused the node's credentials for it (from `from`).
+    #[error("{registry} refused the credentials from {from}: {detail}")]
+    CredentialsRefused {
+        registry: String,
+        from: String,
+        detail: String,
+    },
+
     /// The node's registry hosts configuration (containerd's `config_path`) cannot be used.
     #[error("containerd's registry hosts configuration: {detail}")]
     RegistryHosts { detail: String },
@@ -245,6 +258,8 @@ impl ArtifactError {
             LocalFile { .. } => "LocalFileUnreadable",
             Oci { .. } => "OciPullFailed",
             RegistryHosts { .. } => "RegistryHostsInvalid",
+            Credentials { .. } => "RegistryCredentialsFailed",
+            CredentialsRefused { .. } => "RegistryCredentialsRefused",
             DigestMismatch { .. } => "DigestMismatch",
             DownloadTooLarge { .. } => "DownloadTooLarge",
             NotAnArchive { .. } => "NotAnArchive",

@@ -105,6 +105,10 @@ pub struct Fetcher {
     pub(crate) containerd: Option<ContainerdVersion>,
     /// containerd's registry hosts directories (local paths), for `oci` mirrors.
     pub(crate) registry_hosts: Vec<std::path::PathBuf>,
+    /// Where the node's registry credentials are: a Docker `config.json`, the kubelet's
+    /// credential providers.
+    pub(crate) docker_config: Option<std::path::PathBuf>,
+    pub(crate) providers: Option<super::credential_exec::ProviderSetup>,
 }
 
 impl Fetcher {
@@ -122,6 +126,8 @@ impl Fetcher {
             platform: node_platform(),
             containerd: None,
             registry_hosts: Vec::new(),
+            docker_config: None,
+            providers: None,
         })
     }
 
@@ -209,6 +215,18 @@ impl Fetcher {
     /// paths: its `config_path`), read at each fetch.
     pub fn with_registry_hosts(mut self, dirs: Vec<std::path::PathBuf>) -> Self {
         self.registry_hosts = dirs;
+        self
+    }
+
+    /// Take registry credentials from the node: the kubelet's credential providers (first),
+    /// then a Docker `config.json`.
+    pub fn with_node_credentials(
+        mut self,
+        providers: Option<super::credential_exec::ProviderSetup>,
+        docker_config: Option<std::path::PathBuf>,
+    ) -> Self {
+        self.providers = providers;
+        self.docker_config = docker_config;
         self
     }
 

@@ -19,6 +19,8 @@
 
 mod builds;
 pub mod configure;
+pub mod credential_exec;
+pub mod credentials;
 mod elf;
 mod error;
 mod fetch;

@@ -111,22 +111,9 @@ impl Fetcher {
             async move {
                 let mut failed: Vec<(String, ArtifactError)> = vec![];
                 for ep in endpoints {
-                    let at = at_endpoint(reference, ep);
-                    let got = async {
-                        let client = self.oci_client(ep)?;
-                        client
-                            .auth(&at, auth, oci_client::RegistryOperation::Pull)
-                            .await
-                            .map_err(|e| map_oci(shown, e))?;
-                        let (m, _) = client
-                            .pull_image_manifest(&at, auth)
-                            .await
-                            .map_err(|e| map_oci(shown, e))?;
-                        Ok::<_, ArtifactError>((m, client))
-                    }
-                    .await;
+                    let got = self.try_endpoint(ep, reference, auth, shown).await;
                     match got {
-                        Ok((m, client)) => {
+                        Ok((m, client, at)) => {
                             if ep.mirror || ep.skip_verify {
                                 tracing::info!(reference = %shown, host = %ep.shown, insecure = ep.skip_verify, "OCI manifest from a registry host of containerd's config");
                             }
@@ -139,6 +126,80 @@ impl Fetcher {
             }
         })
         .await
+    }
+
+    /// The manifest from one host, with the credentials the node has for it (unless the
+    /// agent's config gives a token): the client and the reference that got it.
+    async fn try_endpoint(
+        &self,
+        ep: &Endpoint,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        shown: &str,
+    ) -> Result<(OciImageManifest, Client, Reference), ArtifactError> {
+        let at = at_endpoint(reference, ep);
+        let (auth, from) = match auth {
+            RegistryAuth::Anonymous => self.node_auth(ep, at.repository()).await?,
+            given => (given.clone(), None),
+        };
+        let refused = |e: oci_client::errors::OciDistributionError| {
+            use oci_client::errors::OciDistributionError as E;
+            match (&from, &e) {
+                (Some(from), E::AuthenticationFailure(_) | E::UnauthorizedError { .. }) => {
+                    ArtifactError::CredentialsRefused {
+                        registry: ep.shown.clone(),
+                        from: from.clone(),
+                        detail: crate::text::clip(&error_chain(&e), 512),
+                    }
+                }
+                _ => map_oci(shown, e),
+            }
+        };
+        let client = self.oci_client(ep)?;
+        client
+            .auth(&at, &auth, oci_client::RegistryOperation::Pull)
+            .await
+            .map_err(refused)?;
+        let (m, _) = client
+            .pull_image_manifest(&at, &auth)
+            .await
+            .map_err(refused)?;
+        Ok((m, client, at))
+    }
+
+    /// The node's credentials for a host (`host[:port]/repository`): its credential
+    /// provider's, else its Docker `config.json`'s, else none; with where they came from.
+    async fn node_auth(
+        &self,
+        ep: &Endpoint,
+        repository: &str,
+    ) -> Result<(RegistryAuth, Option<String>), ArtifactError> {
+        let failed = |detail: String| ArtifactError::Credentials {
+            registry: ep.shown.clone(),
+            detail,
+        };
+        let image = format!("{}/{repository}", ep.registry);
+        if let Some(setup) = &self.providers
+            && let Some(s) = super::credential_exec::credentials_for(setup, &image)
+                .await
+                .map_err(failed)?
+        {
+            let from = format!("the credential providers of {}", setup.config.display());
+            return Ok((RegistryAuth::Basic(s.username, s.password), Some(from)));
+        }
+        if let Some(path) = &self.docker_config {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| failed(format!("{}: {e}", path.display())))?;
+            if let Some(s) = super::credentials::from_docker_config(&text, &ep.registry)
+                .map_err(|e| failed(format!("{}: {e}", path.display())))?
+            {
+                return Ok((
+                    RegistryAuth::Basic(s.username, s.password),
+                    Some(path.display().to_string()),
+                ));
+            }
+        }
+        Ok((RegistryAuth::Anonymous, None))
     }
 
     /// The layer, streamed through the verify-and-unpack pipeline into `staging` (retried

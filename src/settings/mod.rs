@@ -99,8 +99,19 @@ pub struct FetchSettings {
     pub read_timeout_secs: u64,
     /// Attempts for transient failures (5xx, resets), including the first.
     pub attempts: u32,
-    /// File holding a bearer token for OCI registries (empty: anonymous pulls).
+    /// File holding a bearer token for OCI registries (empty: the node's credentials below,
+    /// else anonymous pulls).
     pub registry_token_file: String,
+    /// A Docker-style `config.json` with credentials for OCI registries, by host (empty:
+    /// none). Used for a host no credential provider answers for.
+    pub registry_config: String,
+    /// The kubelet's `CredentialProviderConfig` (`--image-credential-provider-config`), whose
+    /// plugins give credentials for the OCI registries they match (empty: none).
+    pub credential_provider_config: String,
+    /// The directory of those plugins (`--image-credential-provider-bin-dir`).
+    pub credential_provider_bin_dir: String,
+    /// How long a credential-provider plugin may take.
+    pub credential_provider_timeout_secs: u64,
     /// PEM file of CA certificates trusted for https artifacts and OCI registries, beside
     /// the system's bundle (empty: the system's only). A node with neither can still fetch
     /// `file://` and `http://` artifacts.
@@ -118,6 +129,10 @@ impl Default for FetchSettings {
             read_timeout_secs: 30,
             attempts: 4,
             registry_token_file: String::new(),
+            registry_config: String::new(),
+            credential_provider_config: String::new(),
+            credential_provider_bin_dir: String::new(),
+            credential_provider_timeout_secs: 30,
             ca_file: String::new(),
         }
     }
@@ -490,6 +505,12 @@ mod tests {
         std::fs::write(&main, "[fetch]\nattempts = 0\n").unwrap();
         let e = load(&main, false).unwrap_err().to_string();
         assert!(e.contains("fetch.attempts"), "{e}");
+        std::fs::write(&main, "[fetch]\ncredential-provider-config = \"/etc/kubernetes/cp.yaml\"\n").unwrap();
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(e.contains("credential-provider-bin-dir go together"), "{e}");
+        std::fs::write(&main, "[fetch]\ncredential-provider-timeout-secs = 0\n").unwrap();
+        let e = load(&main, false).unwrap_err().to_string();
+        assert!(e.contains("fetch.credential-provider-timeout-secs"), "{e}");
     }
 
     #[test]

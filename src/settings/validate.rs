@@ -74,6 +74,11 @@ impl Settings {
                 k.retry_period_secs, k.renew_deadline_secs, k.lease_duration_secs
             ));
         }
+        self.fetch.validate_credentials()?;
+        self.validate_paths()
+    }
+
+    fn validate_paths(&self) -> Result<(), String> {
         for (name, p) in [
             ("paths.state-dir", &self.paths.state_dir),
             ("paths.static-shims-dir", &self.paths.static_shims_dir),
@@ -81,6 +86,22 @@ impl Settings {
             if !p.starts_with('/') {
                 return Err(format!("{name} = {p:?} must be an absolute path"));
             }
+        }
+        Ok(())
+    }
+}
+
+impl super::FetchSettings {
+    fn validate_credentials(&self) -> Result<(), String> {
+        if self.credential_provider_timeout_secs == 0 {
+            return Err("fetch.credential-provider-timeout-secs must be greater than 0".into());
+        }
+        if self.credential_provider_config.is_empty() != self.credential_provider_bin_dir.is_empty()
+        {
+            return Err(
+                "fetch: credential-provider-config and credential-provider-bin-dir go together (the kubelet's --image-credential-provider-config and --image-credential-provider-bin-dir)"
+                    .into(),
+            );
         }
         Ok(())
     }

@@ -19,6 +19,7 @@
 mod support;
 
 mod api;
+mod artifact_credentials;
 mod artifact_fetch;
 mod artifact_links;
 mod artifact_mirrors;

@@ -37,8 +37,22 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The user and password of [`registry_with_login`]'s registry (bcrypt, as htpasswd -B).
+pub const USER: &str = "shims";
+pub const PASSWORD: &str = "reg-pa55";
+const HTPASSWD: &str = "shims:$2b$04$Tz7KMSAzji9ahN2KCOTHN.dmv0e55oU6qww3iTgO4toOUW9VZVRc.\n";
+
 /// A running registry, or `None` (skipped, saying why) without docker-registry here.
 pub fn registry(test: &str) -> Option<Registry> {
+    start(test, false)
+}
+
+/// A registry that serves only [`USER`] with [`PASSWORD`] (htpasswd).
+pub fn registry_with_login(test: &str) -> Option<Registry> {
+    start(test, true)
+}
+
+fn start(test: &str, login: bool) -> Option<Registry> {
     let Some(bin) = binary() else {
         super::skip(
             test,
@@ -52,13 +66,16 @@ pub fn registry(test: &str) -> Option<Registry> {
     let port = free_port();
     let d = dir.path().display();
     let conf = dir.path().join("config.yml");
-    std::fs::write(
-        &conf,
-        format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\n"
-        ),
-    )
-    .expect("write the registry's config");
+    let mut yaml = format!(
+        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\n"
+    );
+    if login {
+        std::fs::write(dir.path().join("htpasswd"), HTPASSWD).expect("write htpasswd");
+        yaml.push_str(&format!(
+            "auth:\n  htpasswd:\n    realm: test-registry\n    path: {d}/htpasswd\n"
+        ));
+    }
+    std::fs::write(&conf, yaml).expect("write the registry's config");
     let child = Command::new(bin)
         .arg("serve")
         .arg(&conf)
@@ -90,6 +107,18 @@ impl Registry {
 
     /// Push `layer` as the one layer of an artifact `repo:tag`; its manifest digest.
     pub async fn push(&self, repo: &str, tag: &str, layer: &[u8]) -> String {
+        self.push_as(repo, tag, layer, &RegistryAuth::Anonymous)
+            .await
+    }
+
+    /// [`Registry::push`] with these credentials.
+    pub async fn push_as(
+        &self,
+        repo: &str,
+        tag: &str,
+        layer: &[u8],
+        auth: &RegistryAuth,
+    ) -> String {
         // as the agent does before its first client (a second install is refused: fine)
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = Client::new(ClientConfig {
@@ -113,11 +142,11 @@ impl Registry {
             None,
         );
         client
-            .push(&reference, &layers, config, &RegistryAuth::Anonymous, None)
+            .push(&reference, &layers, config, auth, None)
             .await
             .expect("push to docker-registry");
         client
-            .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
+            .fetch_manifest_digest(&reference, auth)
             .await
             .expect("the pushed manifest's digest")
     }
