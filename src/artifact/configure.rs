@@ -34,7 +34,11 @@ pub fn fetcher(f: &FetchSettings, platform: Platform, progress: bool) -> anyhow:
             timeout: std::time::Duration::from_secs(f.credential_provider_timeout_secs),
         });
     let docker_config = (!f.registry_config.is_empty()).then(|| f.registry_config.clone().into());
-    let fetcher = fetcher.with_node_credentials(providers, docker_config);
+    let http_credentials =
+        (!f.http_credentials_file.is_empty()).then(|| f.http_credentials_file.clone().into());
+    let fetcher = fetcher
+        .with_node_credentials(providers, docker_config)
+        .with_http_credentials(http_credentials);
     Ok(match f.ca_file.as_str() {
         "" => fetcher,
         path => fetcher.with_ca_pem(

@@ -94,6 +94,66 @@ pub fn from_docker_config(text: &str, registry: &str) -> Result<Option<Secret>, 
     }))
 }
 
+/// Credentials for an `anonymousHttp` artifact server, from the node's
+/// `fetch.http-credentials-file`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum HttpCredential {
+    Basic(Secret),
+    Bearer(String),
+}
+
+impl std::fmt::Debug for HttpCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpCredential::Basic(_) => f.write_str("Basic(***)"),
+            HttpCredential::Bearer(_) => f.write_str("Bearer(***)"),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpCredentialsFile {
+    #[serde(default)]
+    hosts: std::collections::BTreeMap<String, HttpHost>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct HttpHost {
+    username: Option<String>,
+    password: Option<String>,
+    bearer_token: Option<String>,
+}
+
+/// The credential `fetch.http-credentials-file` (TOML: `[hosts."host[:port]"]` with
+/// `username` and `password`, or `bearer-token`) has for `host` (`host[:port]` of the URL).
+/// `Err`: why the file cannot be used, never its content.
+pub fn http_credential(text: &str, host: &str) -> Result<Option<HttpCredential>, String> {
+    let f: HttpCredentialsFile = toml_edit::de::from_str(text).map_err(|e| {
+        let what = e.to_string();
+        // toml's messages quote the offending line, which may hold a secret: keep the first line
+        format!(
+            "not a credentials file: {}",
+            crate::text::clip(what.lines().last().unwrap_or(""), 160)
+        )
+    })?;
+    let want = host.to_ascii_lowercase();
+    let Some((key, h)) = f.hosts.iter().find(|(k, _)| k.to_ascii_lowercase() == want) else {
+        return Ok(None);
+    };
+    match (&h.username, &h.password, &h.bearer_token) {
+        (Some(u), Some(p), None) => Ok(Some(HttpCredential::Basic(Secret {
+            username: u.clone(),
+            password: p.clone(),
+        }))),
+        (None, None, Some(t)) => Ok(Some(HttpCredential::Bearer(t.clone()))),
+        _ => Err(format!(
+            "hosts.{key:?}: give username and password, or bearer-token"
+        )),
+    }
+}
+
 /// The kubelet's rule for a `matchImages` entry (or an auth key) against an image
 /// (`host[:port]/path…`): the same number of host labels, each matching its glob (`*` within
 /// one label), the same port, and the pattern's path a prefix of the image's.

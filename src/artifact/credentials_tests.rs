@@ -170,3 +170,38 @@ fn go_durations_parse_and_junk_does_not() {
         assert!(parse_go_duration(t).is_err(), "{t}");
     }
 }
+
+#[test]
+fn an_artifact_server_gets_its_hosts_credential_and_no_other() {
+    let text = r#"
+[hosts."artifacts.example:8443"]
+username = "ci"
+password = "art-s3cret"
+
+[hosts."Files.Example"]
+bearer-token = "tok-s3cret"
+"#;
+    match http_credential(text, "artifacts.example:8443").unwrap() {
+        Some(HttpCredential::Basic(s)) => assert_eq!(
+            (s.username.as_str(), s.password.as_str()),
+            ("ci", "art-s3cret")
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        http_credential(text, "files.example").unwrap(),
+        Some(HttpCredential::Bearer("tok-s3cret".into()))
+    );
+    assert_eq!(http_credential(text, "artifacts.example").unwrap(), None);
+    let e = http_credential("[hosts.\"x\"]\nusername = \"u\"\n", "x").unwrap_err();
+    assert_eq!(
+        e,
+        "hosts.\"x\": give username and password, or bearer-token"
+    );
+    let e = http_credential("[hosts.\"x\"]\npasword = \"s3cret-typo\"\n", "x").unwrap_err();
+    assert!(
+        e.starts_with("not a credentials file") && !e.contains("s3cret-typo"),
+        "{e}"
+    );
+    assert!(!format!("{:?}", http_credential(text, "files.example").unwrap()).contains("tok"));
+}

@@ -328,10 +328,10 @@ pub(crate) fn status_hint(status: u16, proxied: bool) -> &'static str {
             "; the proxy refused the credentials in HTTP_PROXY/HTTPS_PROXY: fix them in the agent's environment (its unit's drop-in)"
         }
         401 | 403 if proxied => {
-            "; the server, or the proxy in HTTP_PROXY/HTTPS_PROXY, refused access: check the proxy's credentials in the agent's environment, or use a public URL or the oci strategy with a token"
+            "; the server, or the proxy in HTTP_PROXY/HTTPS_PROXY, refused access: check the proxy's credentials in the agent's environment, and the server's in fetch.http-credentials-file"
         }
         401 | 403 => {
-            "; the server refused anonymous access: use a public URL or the oci strategy with a token"
+            "; the server refused access: give the node's credentials for it in fetch.http-credentials-file, or use a public URL"
         }
         404 | 410 => "; check the location in spec.fetchStrategy",
         s if is_transient_status(s) => "; the server is failing, it will be tried again later",

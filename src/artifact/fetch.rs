@@ -143,9 +143,8 @@ impl Fetcher {
                         url: shown.to_string(),
                     });
                 }
-                let resp = http
-                    .client
-                    .get(url)
+                let resp = self
+                    .with_http_credential(http.client.get(url), url)?
                     .send()
                     .await
                     .map_err(|e| map_reqwest(shown, &e))?;
@@ -303,6 +302,44 @@ fn map_reqwest(url: &str, e: &reqwest::Error) -> ArtifactError {
             attempts: 1,
             detail,
         }
+    }
+}
+
+impl Fetcher {
+    /// `req` with the node's credential for `url`'s host, if `fetch.http-credentials-file`
+    /// has one (reqwest drops it on a redirect to another host).
+    fn with_http_credential(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<reqwest::RequestBuilder, ArtifactError> {
+        let Some(path) = &self.http_credentials else {
+            return Ok(req);
+        };
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| {
+                let h = u.host_str()?.to_string();
+                Some(match u.port() {
+                    Some(p) => format!("{h}:{p}"),
+                    None => h,
+                })
+            })
+            .unwrap_or_default();
+        let failed = |detail: String| ArtifactError::Credentials {
+            registry: host.clone(),
+            detail: format!("{}: {detail}", path.display()),
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
+        Ok(
+            match super::credentials::http_credential(&text, &host).map_err(failed)? {
+                Some(super::credentials::HttpCredential::Basic(s)) => {
+                    req.basic_auth(s.username, Some(s.password))
+                }
+                Some(super::credentials::HttpCredential::Bearer(t)) => req.bearer_auth(t),
+                None => req,
+            },
+        )
     }
 }
 

@@ -109,6 +109,8 @@ pub struct Fetcher {
     /// credential providers.
     pub(crate) docker_config: Option<std::path::PathBuf>,
     pub(crate) providers: Option<super::credential_exec::ProviderSetup>,
+    /// Per-host credentials for `anonymousHttp` artifact servers.
+    pub(crate) http_credentials: Option<std::path::PathBuf>,
 }
 
 impl Fetcher {
@@ -128,6 +130,7 @@ impl Fetcher {
             registry_hosts: Vec::new(),
             docker_config: None,
             providers: None,
+            http_credentials: None,
         })
     }
 
@@ -227,6 +230,13 @@ impl Fetcher {
     ) -> Self {
         self.providers = providers;
         self.docker_config = docker_config;
+        self
+    }
+
+    /// Send the per-host credentials of this file (`fetch.http-credentials-file`) to
+    /// `anonymousHttp` artifact servers; read at each download.
+    pub fn with_http_credentials(mut self, file: Option<std::path::PathBuf>) -> Self {
+        self.http_credentials = file;
         self
     }
 

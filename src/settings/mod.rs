@@ -112,6 +112,9 @@ pub struct FetchSettings {
     pub credential_provider_bin_dir: String,
     /// How long a credential-provider plugin may take.
     pub credential_provider_timeout_secs: u64,
+    /// Credentials for `anonymousHttp` artifact servers, by host (TOML: `[hosts."host[:port]"]`
+    /// with `username` and `password`, or `bearer-token`; empty: none).
+    pub http_credentials_file: String,
     /// PEM file of CA certificates trusted for https artifacts and OCI registries, beside
     /// the system's bundle (empty: the system's only). A node with neither can still fetch
     /// `file://` and `http://` artifacts.
@@ -133,6 +136,7 @@ impl Default for FetchSettings {
             credential_provider_config: String::new(),
             credential_provider_bin_dir: String::new(),
             credential_provider_timeout_secs: 30,
+            http_credentials_file: String::new(),
             ca_file: String::new(),
         }
     }
@@ -505,7 +509,11 @@ mod tests {
         std::fs::write(&main, "[fetch]\nattempts = 0\n").unwrap();
         let e = load(&main, false).unwrap_err().to_string();
         assert!(e.contains("fetch.attempts"), "{e}");
-        std::fs::write(&main, "[fetch]\ncredential-provider-config = \"/etc/kubernetes/cp.yaml\"\n").unwrap();
+        std::fs::write(
+            &main,
+            "[fetch]\ncredential-provider-config = \"/etc/kubernetes/cp.yaml\"\n",
+        )
+        .unwrap();
         let e = load(&main, false).unwrap_err().to_string();
         assert!(e.contains("credential-provider-bin-dir go together"), "{e}");
         std::fs::write(&main, "[fetch]\ncredential-provider-timeout-secs = 0\n").unwrap();

@@ -458,3 +458,61 @@ fn more_local_artifacts_at_once_than_blocking_threads_all_arrive() {
     let got = all.expect("the fetches stalled");
     assert!(got.iter().all(|r| r.is_ok()), "{got:?}");
 }
+
+#[tokio::test]
+async fn an_artifact_server_gets_the_nodes_credential_for_its_host_only() {
+    let srv = TestServer::start();
+    let art = good_shim_tgz();
+    // basic "ci:art-s3cret"
+    srv.route(
+        "/private.tgz",
+        Route::ok(art.clone()).auth("Basic Y2k6YXJ0LXMzY3JldA==", Some("Basic realm=\"a\"")),
+    );
+    let d = tempfile::tempdir().unwrap();
+    let creds = d.path().join("http-credentials.toml");
+    let src = source(srv.url("/private.tgz"), &art);
+
+    // without the file: refused
+    let e = fails(&fetcher(), &src, "HttpStatus").await;
+    assert!(e.to_string().contains("HTTP 401"), "{e}");
+
+    // with it: the server gets the host's credential
+    std::fs::write(
+        &creds,
+        format!(
+            "[hosts.\"{}\"]\nusername = \"ci\"\npassword = \"art-s3cret\"\n",
+            srv.host()
+        ),
+    )
+    .unwrap();
+    let (_d2, s, _) = store();
+    let f = fetcher().with_http_credentials(Some(creds.clone()));
+    let a = f.fetch_into_store(&src, &s).await.unwrap();
+    assert_eq!(a.digest, sha256_hex(&art));
+
+    // a wrong password: refused, and the error never shows it
+    std::fs::write(
+        &creds,
+        format!(
+            "[hosts.\"{}\"]\nusername = \"ci\"\npassword = \"wr0ng-s3cret\"\n",
+            srv.host()
+        ),
+    )
+    .unwrap();
+    let f = fetcher().with_http_credentials(Some(creds.clone()));
+    let e = fails(&f, &src, "HttpStatus").await;
+    assert!(!format!("{e} {e:?}").contains("wr0ng"), "{e}");
+
+    // a file that cannot be used is its own reason, naming the host and the file
+    std::fs::write(
+        &creds,
+        format!("[hosts.\"{}\"]\nusername = \"ci\"\n", srv.host()),
+    )
+    .unwrap();
+    let e = fails(&f, &src, "RegistryCredentialsFailed").await;
+    assert!(
+        e.to_string()
+            .contains("give username and password, or bearer-token"),
+        "{e}"
+    );
+}
