@@ -15,6 +15,7 @@ mod support;
 mod agent;
 mod agent_edges;
 mod api;
+mod api_proxy;
 mod bad_shims;
 mod coordinate_cli;
 mod coordinator_batch;
