@@ -64,6 +64,13 @@ pub enum ArtifactError {
     )]
     NoCaCertificates { url: String },
 
+    /// An `oci` pull on a node without a system CA bundle: the OCI client library cannot
+    /// start without one (whatever `fetch.ca-file` or the registry's `ca` add).
+    #[error(
+        "{url}: oci pulls need the node's CA bundle (install the ca-certificates package, with a private registry's CA added to it); the OCI client cannot start without one"
+    )]
+    NoCaCertificatesForOci { url: String },
+
     /// The location's scheme is not http, https or file.
     #[error("unsupported location {location:?}: use an http://, https:// or file:// URL")]
     UnsupportedScheme { location: String },
@@ -258,6 +265,7 @@ impl ArtifactError {
             LocalFile { .. } => "LocalFileUnreadable",
             Oci { .. } => "OciPullFailed",
             RegistryHosts { .. } => "RegistryHostsInvalid",
+            NoCaCertificatesForOci { .. } => "NoCaCertificates",
             Credentials { .. } => "RegistryCredentialsFailed",
             CredentialsRefused { .. } => "RegistryCredentialsRefused",
             DigestMismatch { .. } => "DigestMismatch",

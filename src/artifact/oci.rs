@@ -238,8 +238,22 @@ impl Fetcher {
     }
 
     /// A client for one registry host: its protocol, the agent's CA roots and the host's,
-    /// `skip_verify`.
+    /// `skip_verify`. oci-client builds a default reqwest client inside every client it makes
+    /// (`..Default::default()`), and that panics on a node without a system CA bundle (a
+    /// minimal image): such a node gets [`ArtifactError::NoCaCertificates`] before that.
     fn oci_client(&self, ep: &Endpoint) -> Result<Client, ArtifactError> {
+        if let Err(e) = reqwest::Client::builder().build() {
+            tracing::debug!(error = %error_chain(&e), "no system CA roots: no OCI client");
+            return Err(ArtifactError::NoCaCertificatesForOci {
+                url: ep.shown.clone(),
+            });
+        }
+        Client::try_from(self.oci_config(ep)?).map_err(|e| ArtifactError::HttpClient {
+            detail: format!("{}: {}", ep.shown, error_chain(&e)),
+        })
+    }
+
+    fn oci_config(&self, ep: &Endpoint) -> Result<ClientConfig, ArtifactError> {
         let platform = self.platform.clone();
         let mut roots: Vec<Vec<u8>> = self.ca_pem.iter().map(|p| p.to_vec()).collect();
         for ca in &ep.ca {
@@ -276,7 +290,7 @@ impl Fetcher {
                 .collect(),
             ..ClientConfig::default()
         };
-        Ok(Client::new(config))
+        Ok(config)
     }
 
     fn lookup_ref(&self, store: &Store, key: &str) -> Option<StoredArtifact> {
@@ -358,7 +372,14 @@ fn all_failed(shown: &str, mut failed: Vec<(String, ArtifactError)>) -> Artifact
         .iter()
         .map(|(host, e)| match e {
             ArtifactError::Oci { detail, .. } => format!("{host}: {detail}"),
-            other => format!("{host}: {other}"),
+            other => {
+                let said = other.to_string();
+                if said.starts_with(host.as_str()) {
+                    said
+                } else {
+                    format!("{host}: {said}")
+                }
+            }
         })
         .collect::<Vec<_>>()
         .join("; ");

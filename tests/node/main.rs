@@ -16,6 +16,7 @@ mod support;
 mod check;
 mod doctor;
 mod edges;
+mod fetch_paths;
 mod kube;
 mod lifecycle;
 mod option_paths;

@@ -136,3 +136,39 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
     assert_eq!(e.reason(), "RegistryHostsInvalid", "{e}");
     assert!(e.to_string().contains("hosts.toml: not valid TOML"), "{e}");
 }
+
+/// A node without a system CA bundle (a minimal image): the OCI client library cannot start
+/// there (it builds a default client that panics); the agent says so, with its reason, and
+/// never panics. The real binary, with the system's roots hidden from it.
+#[test]
+fn an_oci_pull_on_a_node_without_a_ca_bundle_is_an_error_not_a_panic() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    std::fs::write(root.join("etc/containerd/config.toml"), "version = 2\n").unwrap();
+    let shim = d.path().join("s.yaml");
+    let reference = format!("127.0.0.1:1/shims/np@sha256:{}", "0".repeat(64));
+    std::fs::write(
+        &shim,
+        crate::support::shim_builder::ShimBuilder::new("np")
+            .oci(&reference)
+            .yaml(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shim-agent"))
+        .args(["--config", "/dev/null", "install", "--root"])
+        .arg(&root)
+        .arg("-f")
+        .arg(&shim)
+        .env("SSL_CERT_FILE", d.path().join("none.pem"))
+        .env("SSL_CERT_DIR", d.path().join("none"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+    assert!(
+        said.contains("https://127.0.0.1:1: oci pulls need the node's CA bundle"),
+        "{said}"
+    );
+}

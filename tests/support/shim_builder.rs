@@ -91,6 +91,17 @@ impl ShimBuilder {
         self
     }
 
+    /// The artifact as an OCI reference (`fetchStrategy.type: oci`).
+    pub fn oci(mut self, reference: &str) -> ShimBuilder {
+        self.shim.spec.fetch_strategy.type_ = shim_agent::api::FetchType::Oci;
+        self.shim.spec.fetch_strategy.anon_http = None;
+        self.shim.spec.fetch_strategy.oci = Some(shim_agent::api::OciSource {
+            reference: reference.to_string(),
+            layer: None,
+        });
+        self
+    }
+
     /// One more entry of `fetchStrategy.platforms` (they are tried in this order).
     pub fn platform(mut self, os: &str, arch: &str, location: &str, sha256: &str) -> ShimBuilder {
         self.shim
