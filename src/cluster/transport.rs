@@ -226,12 +226,21 @@ mod tests {
                 .no("127.0.0.1,.cluster.local")
                 .build(),
         ));
-        let via = |dst: &str| env.target(&dst.parse().unwrap()).map(|(u, _)| u.to_string());
-        assert_eq!(via("https://api.example:6443").as_deref(), Some("http://proxy.example:3128/"));
+        let via = |dst: &str| {
+            env.target(&dst.parse().unwrap())
+                .map(|(u, _)| u.to_string())
+        };
+        assert_eq!(
+            via("https://api.example:6443").as_deref(),
+            Some("http://proxy.example:3128/")
+        );
         assert_eq!(via("https://127.0.0.1:6443"), None);
         assert_eq!(via("https://kubernetes.default.svc.cluster.local"), None);
         let none = Proxying::Env(Arc::new(Matcher::builder().build()));
-        assert!(none.target(&"https://api.example".parse().unwrap()).is_none());
+        assert!(
+            none.target(&"https://api.example".parse().unwrap())
+                .is_none()
+        );
     }
 
     #[test]
@@ -244,7 +253,10 @@ mod tests {
         // base64("agent:p@ss")
         assert_eq!(auth.to_str().unwrap(), "Basic YWdlbnQ6cEBzcw==");
         let (same, none) = without_userinfo(&"http://proxy:3128".parse().unwrap());
-        assert_eq!((same.to_string(), none), ("http://proxy:3128/".to_string(), None));
+        assert_eq!(
+            (same.to_string(), none),
+            ("http://proxy:3128/".to_string(), None)
+        );
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
     }
 
