@@ -233,6 +233,34 @@ async fn the_doctor_finds_each_broken_precondition_and_says_what_to_do() {
         "{s}"
     );
 
+    // --- no room where shims are installed ----------------------------------------------------
+    env.exec_ok(&["mkdir", "-p", "/opt/shim-agent/shims"]);
+    let mounted = env.exec(&[
+        "mount",
+        "-t",
+        "tmpfs",
+        "-o",
+        "size=1m",
+        "doctor-full",
+        "/opt/shim-agent/shims",
+    ]);
+    if mounted.status.success() {
+        let (rc, r) = doctor(&env);
+        env.exec_ok(&["umount", "/opt/shim-agent/shims"]);
+        assert_eq!(rc, 1, "{r:#}");
+        let s = expect(&r, "disk.install", "fail");
+        assert!(
+            s.starts_with("/opt/shim-agent/shims: 1 MiB free")
+                || s.starts_with("/opt/shim-agent/shims: 0 MiB free"),
+            "{s}"
+        );
+    } else {
+        eprintln!(
+            "(no tmpfs mount in this node: {})",
+            String::from_utf8_lossy(&mounted.stderr)
+        );
+    }
+
     // --- containerd stopped -------------------------------------------------------------------
     env.exec_ok(&["systemctl", "stop", "containerd.service"]);
     let (rc, r) = doctor(&env);
