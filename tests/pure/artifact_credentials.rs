@@ -10,12 +10,10 @@ use std::time::Duration;
 
 use oci_client::secrets::RegistryAuth;
 use shim_agent::artifact::credential_exec::ProviderSetup;
-use shim_agent::artifact::{
-    ArtifactError, FetchSpec, Fetcher, Limits, OciAuth, OciSource, RetryPolicy, Store,
-};
+use shim_agent::artifact::{ArtifactError, Fetcher, Limits, RetryPolicy, Store};
 
 use crate::support::registry::{self, Registry, registry_with_login};
-use crate::support::{good_shim_tgz, sha256_hex};
+use crate::support::{good_shim_tgz, oci_spec, sha256_hex};
 
 const TEST: &str = "artifact_credentials";
 
@@ -34,22 +32,11 @@ fn fetcher(reg: &Registry, providers: Option<ProviderSetup>, docker: Option<Path
         .with_node_credentials(providers, docker)
 }
 
-fn spec(reference: &str) -> FetchSpec {
-    FetchSpec {
-        strategy: "oci".into(),
-        oci: Some(OciSource {
-            reference: reference.into(),
-            auth: OciAuth::Anonymous,
-            layer: None,
-            insecure_http: false,
-        }),
-        ..FetchSpec::default()
-    }
-}
-
 async fn fetch(f: &Fetcher, reference: &str, store: &Path) -> Result<String, ArtifactError> {
     let store = Store::open(store).unwrap();
-    f.fetch(&spec(reference), &store).await.map(|a| a.digest)
+    f.fetch(&oci_spec(reference), &store)
+        .await
+        .map(|a| a.digest)
 }
 
 fn docker_config(dir: &Path, name: &str, host: &str, password: &str) -> PathBuf {

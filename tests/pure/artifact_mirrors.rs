@@ -7,10 +7,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use shim_agent::artifact::{FetchSpec, Fetcher, Limits, OciAuth, OciSource, RetryPolicy, Store};
+use shim_agent::artifact::{Fetcher, Limits, RetryPolicy, Store};
 
 use crate::support::registry::{free_port, registry};
-use crate::support::{good_shim_tgz, sha256_hex};
+use crate::support::{good_shim_tgz, oci_spec, sha256_hex};
 
 const TEST: &str = "artifact_mirrors";
 /// The registry the Shim names: `.invalid` never resolves (RFC 2606).
@@ -32,19 +32,6 @@ fn fetcher(hosts: &Path) -> Fetcher {
         .with_registry_hosts(vec![hosts.to_path_buf()])
 }
 
-fn spec(reference: &str) -> FetchSpec {
-    FetchSpec {
-        strategy: "oci".into(),
-        oci: Some(OciSource {
-            reference: reference.into(),
-            auth: OciAuth::Anonymous,
-            layer: None,
-            insecure_http: false,
-        }),
-        ..FetchSpec::default()
-    }
-}
-
 fn write_hosts(dir: &Path, text: &str) {
     std::fs::create_dir_all(dir.join(UPSTREAM)).unwrap();
     std::fs::write(dir.join(UPSTREAM).join("hosts.toml"), text).unwrap();
@@ -63,7 +50,7 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
 
     // no hosts file: only the upstream, which does not resolve
     let e = fetcher(&hosts)
-        .fetch(&spec(&reference), &store)
+        .fetch(&oci_spec(&reference), &store)
         .await
         .unwrap_err();
     assert_eq!(e.reason(), "OciPullFailed", "{e}");
@@ -78,7 +65,7 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
         ),
     );
     let a = fetcher(&hosts)
-        .fetch(&spec(&reference), &store)
+        .fetch(&oci_spec(&reference), &store)
         .await
         .unwrap();
     assert_eq!(a.digest, sha256_hex(&art));
@@ -94,7 +81,7 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
         ),
     );
     let e = fetcher(&hosts)
-        .fetch(&spec(&reference), &store2)
+        .fetch(&oci_spec(&reference), &store2)
         .await
         .unwrap_err();
     let said = e.to_string();
@@ -111,7 +98,7 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
         ),
     );
     let a = fetcher(&hosts)
-        .fetch(&spec(&reference), &store2)
+        .fetch(&oci_spec(&reference), &store2)
         .await
         .unwrap();
     assert_eq!(a.digest, sha256_hex(&art));
@@ -122,7 +109,7 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
     assert_ne!(other, manifest);
     let wrong = format!("{UPSTREAM}/shims/demo@sha256:{}", "0".repeat(64));
     let e = fetcher(&hosts)
-        .fetch(&spec(&wrong), &store3)
+        .fetch(&oci_spec(&wrong), &store3)
         .await
         .unwrap_err();
     assert_eq!(e.reason(), "OciPullFailed", "{e}");
@@ -130,7 +117,7 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
     // a hosts.toml containerd could not read either
     write_hosts(&hosts, "[host.\"https://m\"\n");
     let e = fetcher(&hosts)
-        .fetch(&spec(&wrong), &store3)
+        .fetch(&oci_spec(&wrong), &store3)
         .await
         .unwrap_err();
     assert_eq!(e.reason(), "RegistryHostsInvalid", "{e}");

@@ -619,3 +619,50 @@ pub fn read_all(mut r: impl Read) -> Vec<u8> {
     r.read_to_end(&mut v).unwrap();
     v
 }
+
+/// A free loopback port (closed again: nothing listens on it yet).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Start `cmd` (a test's server: its output dropped) and wait until it listens on loopback
+/// `port`, at most `secs`.
+pub fn spawn_listening(
+    mut cmd: std::process::Command,
+    port: u16,
+    what: &str,
+    secs: u64,
+) -> std::process::Child {
+    use std::process::Stdio;
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(secs),
+            "{what} did not listen on {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
+
+/// An anonymous `oci` fetch of `reference` over https.
+pub fn oci_spec(reference: &str) -> shim_agent::artifact::FetchSpec {
+    shim_agent::artifact::FetchSpec {
+        strategy: "oci".into(),
+        oci: Some(shim_agent::artifact::OciSource {
+            reference: reference.into(),
+            auth: shim_agent::artifact::OciAuth::Anonymous,
+            layer: None,
+            insecure_http: false,
+        }),
+        ..shim_agent::artifact::FetchSpec::default()
+    }
+}

@@ -4,8 +4,7 @@
 //! forwards. Stopped on drop. Without it the caller skips, unless `SHIM_AGENT_REQUIRE_PROXY=1`.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
 /// The user and password the proxy asks for.
 pub const USER: &str = "agent";
@@ -37,10 +36,7 @@ pub fn tinyproxy(test: &str) -> Option<Tinyproxy> {
         return None;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = super::free_port();
     let log = dir.path().join("tinyproxy.log");
     let conf = dir.path().join("tinyproxy.conf");
     std::fs::write(
@@ -51,21 +47,9 @@ pub fn tinyproxy(test: &str) -> Option<Tinyproxy> {
         ),
     )
     .expect("write tinyproxy.conf");
-    let child = Command::new(bin)
-        .args(["-d", "-c"])
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start tinyproxy");
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "tinyproxy did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut cmd = Command::new(bin);
+    cmd.args(["-d", "-c"]).arg(&conf);
+    let child = super::spawn_listening(cmd, port, "tinyproxy", 10);
     Some(Tinyproxy {
         child,
         port,

@@ -5,8 +5,7 @@
 //! on drop. Without it the caller skips, unless `SHIM_AGENT_REQUIRE_REGISTRY=1`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, Config, ImageLayer};
 use oci_client::secrets::RegistryAuth;
@@ -29,13 +28,7 @@ fn binary() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-/// A free loopback port (closed again: nothing listens on it).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+pub use super::free_port;
 
 /// The user and password of [`registry_with_login`]'s registry (bcrypt, as htpasswd -B).
 pub const USER: &str = "shims";
@@ -76,21 +69,9 @@ fn start(test: &str, login: bool) -> Option<Registry> {
         ));
     }
     std::fs::write(&conf, yaml).expect("write the registry's config");
-    let child = Command::new(bin)
-        .arg("serve")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start docker-registry");
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "docker-registry did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut cmd = Command::new(bin);
+    cmd.arg("serve").arg(&conf);
+    let child = super::spawn_listening(cmd, port, "docker-registry", 20);
     Some(Registry {
         child,
         port,
