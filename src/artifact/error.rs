@@ -112,6 +112,19 @@ pub enum ArtifactError {
         detail: String,
     },
 
+    /// The proxy the agent's environment names for `url` refused to forward it: a CONNECT
+    /// it answered with anything but 200, or HTTP 407 (`proxy`: its host and port, never
+    /// its login).
+    #[error(
+        "{url}: the proxy {proxy} refused to forward the request{status}: check the proxy's address and login in the agent's environment (HTTPS_PROXY/HTTP_PROXY in its unit's drop-in), or add the host to NO_PROXY"
+    )]
+    ProxyRefused {
+        url: String,
+        proxy: String,
+        /// " (HTTP 407)" when the proxy answered a status, else empty.
+        status: String,
+    },
+
     /// A `file://` location could not be read.
     #[error("cannot read local artifact {}", path.display())]
     LocalFile {
@@ -262,6 +275,7 @@ impl ArtifactError {
             Timeout { .. } => "Timeout",
             Connect { .. } => "ConnectFailed",
             Transfer { .. } => "TransferFailed",
+            ProxyRefused { .. } => "ProxyRefused",
             LocalFile { .. } => "LocalFileUnreadable",
             Oci { .. } => "OciPullFailed",
             RegistryHosts { .. } => "RegistryHostsInvalid",

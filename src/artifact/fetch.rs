@@ -150,6 +150,9 @@ impl Fetcher {
                     .map_err(|e| map_reqwest(shown, &e))?;
                 let status = resp.status().as_u16();
                 if !resp.status().is_success() {
+                    if let Some(refused) = super::proxy::refused_status(url, shown, status) {
+                        return Err(refused);
+                    }
                     return Err(ArtifactError::HttpStatus {
                         url: shown.to_string(),
                         status,
@@ -282,6 +285,9 @@ fn bare_name(location: &str) -> String {
 
 /// Classify a reqwest error.
 fn map_reqwest(url: &str, e: &reqwest::Error) -> ArtifactError {
+    if let Some(refused) = super::proxy::refused_connect(url, url, e) {
+        return refused;
+    }
     let detail = error_chain(e);
     let url = url.to_string();
     if e.is_timeout() {

@@ -32,6 +32,7 @@ mod paths;
 mod pipeline;
 mod place;
 mod progress;
+mod proxy;
 pub mod registry_hosts;
 mod source;
 mod store;

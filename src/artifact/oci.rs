@@ -394,6 +394,12 @@ fn all_failed(shown: &str, mut failed: Vec<(String, ArtifactError)>) -> Artifact
 /// Classify an oci-client error: server errors and network trouble are transient.
 fn map_oci(shown: &str, e: oci_client::errors::OciDistributionError) -> ArtifactError {
     use oci_client::errors::OciDistributionError as E;
+    if let E::RequestError(r) = &e
+        && let Some(url) = r.url()
+        && let Some(refused) = super::proxy::refused_connect(url.as_str(), shown, r)
+    {
+        return refused;
+    }
     let transient = match &e {
         E::ServerError { code, .. } => super::error::is_transient_status(*code),
         E::RequestError(r) => r.is_timeout() || r.is_connect() || r.is_body(),

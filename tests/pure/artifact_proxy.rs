@@ -140,3 +140,56 @@ fn a_refused_proxy_login_fails_the_install_without_the_password() {
         "version = 2\n"
     );
 }
+
+/// An https fetch goes through the proxy's CONNECT tunnel: a refused login there is the
+/// proxy's own refusal (`ProxyRefused`, naming the proxy and never its password), and an
+/// unreachable proxy stays a connection failure. The target port is closed: nothing but the
+/// proxy is asked.
+#[test]
+fn a_proxy_that_refuses_the_tunnel_is_named_and_an_unreachable_one_is_a_connect_failure() {
+    let Some(proxy) = tinyproxy(TEST) else { return };
+    let d = tempfile::tempdir().unwrap();
+    let url = format!(
+        "https://127.0.0.1:{}/demo.tar.gz",
+        crate::support::free_port()
+    );
+    let sha = "ab".repeat(32);
+    let wrong = "wr0ng-pa55word";
+    let out = install(
+        &d.path().join("img"),
+        &url,
+        &sha,
+        &[("HTTPS_PROXY", &proxy.url_with(wrong))],
+    );
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    let named = format!(
+        "the proxy 127.0.0.1:{} refused to forward the request",
+        proxy.port
+    );
+    assert!(said.contains(&named), "{said}");
+    assert!(
+        !said.contains(wrong) && !said.contains(proxy::PASSWORD),
+        "the password reached the output: {said}"
+    );
+
+    let gone = format!(
+        "http://{}:{wrong}@127.0.0.1:{}",
+        proxy::USER,
+        crate::support::free_port()
+    );
+    let out = install(
+        &d.path().join("img2"),
+        &url,
+        &sha,
+        &[("HTTPS_PROXY", &gone)],
+    );
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("cannot connect to"), "{said}");
+    assert!(!said.contains("refused to forward"), "{said}");
+    assert!(
+        !said.contains(wrong),
+        "the password reached the output: {said}"
+    );
+}
