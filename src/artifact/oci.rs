@@ -67,12 +67,15 @@ impl Fetcher {
         let (manifest, served) = self
             .pull_manifest(&endpoints, &reference, &src.auth)
             .await?;
-        let (client, reference) = served;
+        let (client, reference, insecure_host) = served;
         let layer = pick_layer(&manifest, src.layer.as_deref(), &shown)?;
         let layer_digest = parse_sha256(&layer.digest)?;
         if let Some(found) = store.get(&layer_digest) {
             self.remember_ref(store, ref_key.as_deref(), &layer_digest);
-            return Ok(found);
+            return Ok(StoredArtifact {
+                insecure_host,
+                ..found
+            });
         }
         let bare_name = layer_title(&layer);
         let staging = store.staging()?;
@@ -89,18 +92,22 @@ impl Fetcher {
         let stored = store.commit(staging, &digest)?;
         self.remember_ref(store, ref_key.as_deref(), &digest);
         tracing::info!(reference = %shown, %digest, "OCI artifact verified and stored");
-        Ok(stored)
+        Ok(StoredArtifact {
+            insecure_host,
+            ..stored
+        })
     }
 
     /// The manifest a pinned reference names (oci-client checks it against the digest), from
     /// the first of `endpoints` that serves it (mirrors, then the upstream; every attempt
-    /// walks them all); with the client and the reference that got it.
+    /// walks them all); with the client and the reference that got it, and the host when its
+    /// certificate was not verified (`skip_verify`).
     async fn pull_manifest(
         &self,
         endpoints: &[Endpoint],
         reference: &Reference,
         auth: &OciAuth,
-    ) -> Result<(OciImageManifest, (Client, Reference)), ArtifactError> {
+    ) -> Result<(OciImageManifest, Served), ArtifactError> {
         let shown = reference.whole();
         let auth = match auth {
             OciAuth::Anonymous => RegistryAuth::Anonymous,
@@ -117,7 +124,8 @@ impl Fetcher {
                             if ep.mirror || ep.skip_verify {
                                 tracing::info!(reference = %shown, host = %ep.shown, insecure = ep.skip_verify, "OCI manifest from a registry host of containerd's config");
                             }
-                            return Ok((m, (client, at)));
+                            let insecure = ep.skip_verify.then(|| ep.shown.clone());
+                            return Ok((m, (client, at, insecure)));
                         }
                         Err(e) => failed.push((ep.shown.clone(), e)),
                     }
@@ -413,3 +421,7 @@ fn map_oci(shown: &str, e: oci_client::errors::OciDistributionError) -> Artifact
         transient,
     }
 }
+
+/// The client and reference that got a manifest, and the host when it served it without its
+/// certificate being verified.
+type Served = (Client, Reference, Option<String>);

@@ -31,6 +31,9 @@ pub struct StoredArtifact {
     pub dir: PathBuf,
     /// False when the artifact was already in the store (no network was used).
     pub fetched: bool,
+    /// The registry host that served it (or its manifest) without its certificate being
+    /// verified (containerd's `skip_verify`), in this fetch.
+    pub insecure_host: Option<String>,
 }
 
 impl Store {
@@ -80,6 +83,7 @@ impl Store {
                 digest: digest.to_string(),
                 dir,
                 fetched: false,
+                insecure_host: None,
             }),
             _ => None,
         }
@@ -141,6 +145,7 @@ impl Store {
             digest: digest.to_string(),
             dir,
             fetched: true,
+            insecure_host: None,
         })
     }
 }

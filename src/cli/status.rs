@@ -44,6 +44,14 @@ pub fn format_status_table(state: &NodeState) -> String {
     if state.shims.is_empty() {
         out.push_str("(no shims installed)\n");
     }
+    for s in state.shims.values() {
+        if let Some(host) = &s.insecure_source {
+            out.push_str(&format!(
+                "insecure: {} was fetched from {host} without verifying its certificate (skip_verify in containerd's hosts.toml); its digest was checked\n",
+                s.name
+            ));
+        }
+    }
     if !state.retained.is_empty() {
         out.push_str("\nreplaced versions kept while containerd tasks run through them:\n");
         out.push_str(&retained_rows(state));

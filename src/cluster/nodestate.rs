@@ -57,6 +57,10 @@ pub struct ShimNodeState {
     /// What the installed shim says of its own version (`-v`), when it said one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The registry host that served the installed artifact without its certificate being
+    /// verified (containerd's `skip_verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_source: Option<String>,
     /// RFC 3339 time the phase began.
     pub since: String,
     /// Replaced or removed versions kept on disk while containerd tasks run through them.
@@ -151,11 +155,9 @@ pub fn states_wanted(
     let mut out = states.out;
     add_retained(&mut out, inputs, previous, now);
     for (name, entry) in out.iter_mut() {
-        entry.version = inputs
-            .state
-            .shims
-            .get(name)
-            .and_then(|r| r.shim_version.clone());
+        let record = inputs.state.shims.get(name);
+        entry.version = record.and_then(|r| r.shim_version.clone());
+        entry.insecure_source = record.and_then(|r| r.insecure_source.clone());
     }
     out
 }
@@ -194,6 +196,7 @@ impl States<'_> {
                 message,
                 generation,
                 version: None,
+                insecure_source: None,
                 since,
                 retained: Vec::new(),
             },
@@ -223,6 +226,7 @@ fn add_retained(out: &mut NodeStates, inputs: &Inputs<'_>, previous: &NodeStates
             message: Some("a removed version is kept while containerd tasks run through it".into()),
             generation: None,
             version: None,
+            insecure_source: None,
             since: match previous.get(&r.name) {
                 Some(p) if p.phase == NodePhase::Retained => p.since.clone(),
                 _ => now.to_string(),

@@ -198,6 +198,7 @@ mod tests {
     fn state(phase: NodePhase, reason: Option<&str>) -> ShimNodeState {
         ShimNodeState {
             version: None,
+            insecure_source: None,
             phase,
             digest: None,
             reason: reason.map(str::to_string),

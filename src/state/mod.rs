@@ -31,6 +31,10 @@
 //!   record its `shim_version` (what `-v` said) and the `check` container it is proven with;
 //!   a format-3 document upgrades with none of them. A format-3 agent refuses a format-4
 //!   document (it could not finish a journal at `proven`).
+//! - 5: adds on each shim record its `insecure_source`, the registry host that served it
+//!   without its certificate being verified; a format-4 document upgrades with none. A
+//!   format-4 agent refuses a format-5 document (its records deny unknown fields, and would
+//!   lose the note).
 
 mod model;
 
@@ -48,7 +52,7 @@ use thiserror::Error;
 use crate::fsutil;
 
 /// The format this build writes.
-pub const STATE_FORMAT: u32 = 4;
+pub const STATE_FORMAT: u32 = 5;
 /// File name of the state document inside the state directory.
 pub const STATE_FILE: &str = "state.json";
 /// How often, and how long apart, a busy lock is asked again before another agent is
@@ -328,8 +332,8 @@ pub fn upgrade(format: u32, state_json: &str) -> Result<NodeState, String> {
                 ..NodeState::default()
             })
         }
-        // formats 3 and 4 only added fields (and a phase), each with a default
-        2..=4 => serde_json::from_str(state_json).map_err(|e| format!("format {format}: {e}")),
+        // formats 3 to 5 only added fields (and a phase), each with a default
+        2..=5 => serde_json::from_str(state_json).map_err(|e| format!("format {format}: {e}")),
         other => Err(format!("unknown state format {other}")),
     }
 }

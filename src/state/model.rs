@@ -169,6 +169,11 @@ pub struct InstalledShim {
     /// first boot proves it from the record alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<CheckRecord>,
+    /// The registry host that served it without its certificate being verified
+    /// (containerd's `skip_verify` for that host; format 5). The digest still decided what
+    /// was installed; what was sent to that host (the node's credentials) was not protected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_source: Option<String>,
 }
 
 /// A Shim's check container as the state records it (`spec.check.container`).

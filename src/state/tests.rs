@@ -22,6 +22,7 @@ fn sample() -> NodeState {
             runtime_class: None,
             installed_at: 1,
             shim_version: None,
+            insecure_source: None,
             check: None,
         },
     );
@@ -136,4 +137,31 @@ fn the_state_file_is_private() {
         .mode()
         & 0o777;
     assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn a_format_4_document_loads_with_no_insecure_source_and_format_5_keeps_it() {
+    let d = tempfile::tempdir().unwrap();
+    let body = serde_json::to_string(&sample()).unwrap();
+    assert!(!body.contains("insecure_source"), "{body}");
+    let doc = format!(
+        r#"{{"format":4,"sha256":"{}","state":{body}}}"#,
+        checksum(body.as_bytes())
+    );
+    std::fs::write(d.path().join(STATE_FILE), doc).unwrap();
+    let store = StateStore::open(d.path()).unwrap();
+    let loaded = store.load().unwrap();
+    assert_eq!((loaded.found_format, loaded.state), (4, sample()));
+
+    let mut insecure = sample();
+    if let Some(r) = insecure.shims.get_mut("spin") {
+        r.insecure_source = Some("mirror.example:5000".into());
+    }
+    store.save(&insecure).unwrap();
+    let text = std::fs::read_to_string(store.state_path()).unwrap();
+    assert!(
+        text.contains(r#""insecure_source":"mirror.example:5000""#),
+        "{text}"
+    );
+    assert_eq!(store.load().unwrap().state, insecure);
 }

@@ -191,6 +191,7 @@ mod tests {
             runtime_class: None,
             installed_at: 0,
             shim_version: None,
+            insecure_source: None,
             check: None,
         }
     }

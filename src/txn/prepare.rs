@@ -80,6 +80,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     installed_at: now_secs(),
                     shim_version: None, // the preflight's, below
                     check: check_record(shim),
+                    insecure_source: insecure_source(&fetched, state.shims.get(shim.name())),
                 },
                 tree_src: fetched.dir.clone(),
                 previous: state.shims.get(shim.name()).cloned(),
@@ -230,3 +231,17 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
 
 /// How many trees a transaction places at once.
 const PLACERS: usize = 8;
+
+/// The host that served the artifact without its certificate being verified: this fetch's,
+/// or, when the store already had it (no host asked), the installed record's for the same
+/// digest.
+fn insecure_source(
+    fetched: &artifact::StoredArtifact,
+    installed: Option<&InstalledShim>,
+) -> Option<String> {
+    fetched.insecure_host.clone().or_else(|| {
+        installed
+            .filter(|r| !fetched.fetched && r.artifact_sha256 == fetched.digest)
+            .and_then(|r| r.insecure_source.clone())
+    })
+}

@@ -165,6 +165,7 @@ mod tests {
             runtime_class: None,
             installed_at: 1,
             shim_version: None,
+            insecure_source: None,
             check: check.clone(),
         }
     }

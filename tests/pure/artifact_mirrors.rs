@@ -70,6 +70,7 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
         .unwrap();
     assert_eq!(a.digest, sha256_hex(&art));
     assert!(a.dir.join("bin/containerd-shim-demo-v2").is_file());
+    assert_eq!(a.insecure_host, None, "a verified mirror is not insecure");
 
     // without its CA the mirror's certificate is refused; skip_verify does without it
     let store2 = Store::open(d.path().join("store2")).unwrap();
@@ -102,6 +103,7 @@ async fn mirrors_are_tried_in_order_with_their_own_ca_and_the_pin_decides() {
         .await
         .unwrap();
     assert_eq!(a.digest, sha256_hex(&art));
+    assert_eq!(a.insecure_host, Some(format!("https://{}", reg.host())));
 
     // the pin decides: a digest the mirror does not have is not taken from it under another
     let store3 = Store::open(d.path().join("store3")).unwrap();
@@ -157,5 +159,64 @@ fn an_oci_pull_on_a_node_without_a_ca_bundle_is_an_error_not_a_panic() {
     assert!(
         said.contains("https://127.0.0.1:1: oci pulls need the node's CA bundle"),
         "{said}"
+    );
+}
+
+/// An image root whose containerd config names a registry hosts directory with a
+/// `skip_verify` mirror: `install --root` fetches through it, and `status --root` says the
+/// shim came from a host whose certificate was not verified (the state records the host).
+#[test]
+fn a_shim_fetched_through_a_skip_verify_host_is_reported_insecure_in_status() {
+    let Some(reg) = registry(TEST) else { return };
+    let art = good_shim_tgz();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let manifest = rt.block_on(reg.push("shims/demo", "v1", &art));
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("img");
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    std::fs::write(
+        root.join("etc/containerd/config.toml"),
+        "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d\"\n",
+    )
+    .unwrap();
+    write_hosts(
+        &root.join("etc/containerd/certs.d"),
+        &format!(
+            "[host.\"https://{}\"]\n  capabilities = [\"pull\"]\n  skip_verify = true\n",
+            reg.host()
+        ),
+    );
+    let shim = d.path().join("shim.yaml");
+    let yaml = crate::support::shim_builder::ShimBuilder::new("demo")
+        .oci(&format!("{UPSTREAM}/shims/demo@{manifest}"))
+        .yaml();
+    std::fs::write(&shim, yaml).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shim-agent"))
+            .args(["--config", "/dev/null"])
+            .args(args)
+            .arg("--root")
+            .arg(&root)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{args:?}: {said}");
+        said
+    };
+    run(&["install", "-f", shim.to_str().unwrap()]);
+    let status = run(&["status"]);
+    let line = format!(
+        "insecure: demo was fetched from https://{} without verifying its certificate",
+        reg.host()
+    );
+    assert!(status.contains(&line), "{status}");
+    let json = run(&["status", "--json"]);
+    assert!(
+        json.contains(&format!("\"insecure_source\": \"https://{}\"", reg.host())),
+        "{json}"
     );
 }

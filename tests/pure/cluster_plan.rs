@@ -45,6 +45,7 @@ fn record(name: &str, origin: Origin, state: ShimState) -> InstalledShim {
         runtime_class: Some(format!("rc-{name}")),
         installed_at: 1,
         shim_version: None,
+        insecure_source: None,
         check: None,
     }
 }
@@ -242,6 +243,7 @@ fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds
         "good".to_string(),
         ShimNodeState {
             version: None,
+            insecure_source: None,
             phase: NodePhase::Installed,
             digest: None,
             reason: None,
@@ -366,6 +368,7 @@ fn view(name: &str, lbl: &[(&str, &str)], states: &[(&str, NodePhase, Option<i64
                     s.to_string(),
                     ShimNodeState {
                         version: None,
+                        insecure_source: None,
                         phase: *p,
                         digest: None,
                         reason: Some("DigestMismatch".into()),
@@ -450,6 +453,39 @@ fn status_counts_nodes_and_sets_conditions_with_reasons() {
     let later = Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap());
     let again = compute_status(&s, &nodes, None, Some(&st), &later);
     assert_eq!(again, st);
+}
+
+/// A node whose artifact came from a host whose certificate was not verified (containerd's
+/// `skip_verify`) is named in the Shim's Ready condition; the others are not.
+#[test]
+fn a_node_that_fetched_from_an_unverified_host_is_named_in_ready() {
+    let s = shim("spin", &[("wasm", "true")]);
+    let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    let served = [("wasm", "true"), ("containerd.x-k8s.io/spin", "true")];
+    let mut nodes = vec![
+        view("a", &served, &[("spin", NodePhase::Installed, Some(1))]),
+        view("b", &served, &[("spin", NodePhase::Installed, Some(1))]),
+    ];
+    let ready = |nodes: &[NodeView]| {
+        compute_status(&s, nodes, None, None, &now)
+            .conditions
+            .unwrap()
+            .remove(0)
+    };
+    let plain = ready(&nodes);
+    assert_eq!(plain.status, "True");
+    assert!(!plain.message.unwrap().contains("not verified"));
+    if let Some(st) = nodes[1].states.get_mut("spin") {
+        st.insecure_source = Some("https://mirror.internal:5000".into());
+    }
+    let flagged = ready(&nodes);
+    assert_eq!(flagged.status, "True");
+    assert_eq!(
+        flagged.message.as_deref(),
+        Some(
+            "2/2 nodes serve the handler; fetched from a registry host whose certificate was not verified (skip_verify in containerd's hosts.toml) on b"
+        )
+    );
 }
 
 #[test]

@@ -143,6 +143,7 @@ proptest! {
         let s = shim("uni");
         let entry = ShimNodeState {
             version: None,
+            insecure_source: None,
             phase: NodePhase::Failed,
             digest: None,
             reason: Some(reason),

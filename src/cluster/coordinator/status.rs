@@ -49,8 +49,16 @@ pub fn compute_status(
         "{}/{} nodes serve the handler",
         t.counts.installed, t.counts.targeted
     );
+    let mut ready = ready(&t.counts, deleting, rc_problem, &progress);
+    if !t.insecure.is_empty() {
+        let note = format!(
+            "; fetched from a registry host whose certificate was not verified (skip_verify in containerd's hosts.toml) on {}",
+            list(&t.insecure)
+        );
+        ready.message = Some(ready.message.unwrap_or_default() + &note);
+    }
     let mut conds = vec![
-        ready(&t.counts, deleting, rc_problem, &progress),
+        ready,
         progressing(&t, deleting, &progress),
         degraded(&t.failures),
     ];
@@ -73,6 +81,8 @@ struct Tally<'a> {
     counts: NodeCounts,
     failures: Vec<(&'a str, &'a str, &'a str)>,
     blocked: Vec<&'a str>,
+    /// Nodes whose artifact came from a host whose certificate was not verified.
+    insecure: Vec<&'a str>,
 }
 
 fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
@@ -82,6 +92,7 @@ fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
         counts: NodeCounts::default(),
         failures: Vec::new(),
         blocked: Vec::new(),
+        insecure: Vec::new(),
     };
     let current = |g: Option<i64>| g.is_none() || g == shim.metadata.generation;
     for n in nodes {
@@ -103,6 +114,9 @@ fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
         let Some(s) = n.states.get(name) else {
             continue;
         };
+        if s.insecure_source.is_some() {
+            t.insecure.push(&n.name);
+        }
         match s.phase {
             NodePhase::Failed if current(s.generation) => {
                 t.counts.failed += 1;
