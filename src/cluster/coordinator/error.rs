@@ -101,7 +101,7 @@ impl CoordinatorError {
     /// Someone else wrote first (a 409) or the object went (a 404): expected while agents
     /// and the coordinator race, and settled by the next round.
     pub fn is_race(&self) -> bool {
-        matches!(self.reason(), "Conflict" | "NotFound")
+        matches!(self.answer(), ApiAnswer::Conflict | ApiAnswer::NotFound)
     }
 
     /// Count it (`shim_agent_coordinator_errors_total{step, reason}`) and log it: a race at
