@@ -2,7 +2,8 @@
 //! asked for and before containerd is touched (docs/design.md §3): its ELF interpreter and
 //! every library it needs must resolve on the node (`artifact::check_links`), and the shim must
 //! answer `-v` (`node::shim_version`), whose version is recorded. A failure blames its Shim
-//! alone; nothing on the host changed.
+//! alone and is counted in `shim_agent_runtime_checks` by its reason; nothing on the host
+//! changed.
 
 use std::path::Path;
 use std::time::Duration;
@@ -33,7 +34,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         for group in items.chunks(PREFLIGHTS_AT_ONCE) {
             let runs = group.iter().map(|(shim, bin)| self.preflight(shim, bin));
             for ((shim, _), ran) in group.iter().zip(join_all(runs).await) {
-                versions.push(ran.map_err(|e| TxnError::unprepared(shim.name(), e))?);
+                versions.push(ran.map_err(|e| failed_preflight(shim, e))?);
             }
         }
         Ok(versions)
@@ -54,6 +55,14 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         }
         Ok(version)
     }
+}
+
+/// A failed preflight as the transaction's error, counted among the failed runtime checks
+/// by its reason (`MissingLibraries`, `ShimDoesNotRun`): one series with the sandbox check's.
+fn failed_preflight(shim: &Shim, e: anyhow::Error) -> TxnError {
+    let te = TxnError::unprepared(shim.name(), e);
+    crate::telemetry::runtime_checked(te.reason());
+    te
 }
 
 /// The Shim's check container as the state records it (`spec.check.container`).

@@ -9,7 +9,7 @@ use super::error::{StepError, TxnError, TxnReason};
 use super::host::Node;
 use super::machine::Event;
 use super::ports::{HealthCheck, Restarter};
-use crate::node::check::{CheckReport, ContainerCheck, HandlerCheck};
+use crate::node::check::{CheckReport, ContainerCheck, HandlerCheck, checks_dir, remove_log_dirs};
 use crate::state::{CheckRecord, InstalledShim, NodeState, Origin, StateStore};
 
 impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
@@ -77,19 +77,42 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     }
 
     /// Remove the check sandboxes an interrupted run left behind (at start, before any
-    /// recovery proves a handler again); a CRI that does not answer is logged, not fatal.
+    /// recovery proves a handler again), then every check's log directory under
+    /// `<state-dir>/checks`; a CRI that does not answer is logged, not fatal.
     pub(super) async fn sweep_leftover_checks(&self) {
-        if !self.health.proves() {
-            return;
+        if self.health.proves() {
+            match self.health.sweep_checks().await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    sandboxes = n,
+                    "removed runtime-check sandboxes an interrupted run left behind"
+                ),
+                Err(e) => tracing::warn!(
+                    "cannot look for runtime-check sandboxes an interrupted run left behind yet: {e}"
+                ),
+            }
         }
-        match self.health.sweep_checks().await {
-            Ok(0) => {}
-            Ok(n) => tracing::warn!(
-                sandboxes = n,
-                "removed runtime-check sandboxes an interrupted run left behind"
+        self.remove_leftover_check_logs();
+    }
+
+    /// Remove the log directories of checks an interrupted run left (a check removes its
+    /// own when it ends): at start, when no check runs.
+    fn remove_leftover_check_logs(&self) {
+        let dir = checks_dir(&self.settings.paths.state_dir);
+        let removed = self
+            .root
+            .resolve(&dir)
+            .and_then(|local| remove_log_dirs(&local));
+        match removed {
+            Ok(names) if names.is_empty() => {}
+            Ok(names) => tracing::warn!(
+                dir = %dir,
+                removed = %names.join(", "),
+                "removed the log directories of runtime checks an interrupted run left behind"
             ),
             Err(e) => tracing::warn!(
-                "cannot look for runtime-check sandboxes an interrupted run left behind yet: {e}"
+                dir = %dir,
+                "cannot look for runtime-check log directories an interrupted run left behind: {e}"
             ),
         }
     }

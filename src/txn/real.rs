@@ -208,7 +208,7 @@ pub fn check_place(
     if !settings.check.sandbox {
         return Ok(None);
     }
-    let logs_node = format!("{}/checks", settings.paths.state_dir.trim_end_matches('/'));
+    let logs_node = crate::node::check::checks_dir(&settings.paths.state_dir);
     Ok(Some(CheckPlace {
         logs_local: root.resolve(&logs_node)?,
         logs_node,

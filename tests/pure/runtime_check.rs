@@ -6,14 +6,15 @@
 use shim_agent::state::{Phase, StateStore};
 
 use crate::support::live::*;
-use crate::support::{Entry, TEST_SHIM_ANSWER, sha256_hex, static_elf, tar_gz};
+use crate::support::shim_builder::ShimBuilder;
+use crate::support::{Entry, Route, TEST_SHIM_ANSWER, TestServer, sha256_hex, static_elf, tar_gz};
 
 /// A Shim `name` whose artifact holds `binary` as its shim.
-fn shim_with_binary(w: &World, name: &str, binary: Vec<u8>) -> shim_agent::txn::Change {
+pub(crate) fn shim_with_binary(w: &World, name: &str, binary: Vec<u8>) -> shim_agent::txn::Change {
     let bytes = tar_gz(&[Entry::File("containerd-shim-x-v2", binary, 0o755)]);
     let p = w.art.join(format!("{name}.tgz"));
     std::fs::write(&p, &bytes).unwrap();
-    let s = crate::support::shim_builder::ShimBuilder::new(name)
+    let s = ShimBuilder::new(name)
         .artifact(&format!("file://{}", p.display()), &sha256_hex(&bytes))
         .build();
     shim_agent::txn::Change::Install(Box::new(s))
@@ -202,4 +203,115 @@ fn a_recovery_at_verified_proves_again_before_it_commits() {
     );
     let st = state(&w);
     assert!(st.journal.is_none() && st.shims.contains_key("spin"));
+}
+
+/// The process's count of failed runtime checks with `reason`
+/// (`shim_agent_runtime_checks_total{result="failed",reason=…}`), as `/metrics` serves it.
+fn failed_checks(reason: &str) -> u64 {
+    let text = shim_agent::telemetry::metrics().encode();
+    let want = format!("reason=\"{reason}\"");
+    text.lines()
+        .filter(|l| l.starts_with("shim_agent_runtime_checks_total{"))
+        .filter(|l| l.contains("result=\"failed\"") && l.contains(&want))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_failed_preflight_is_counted_among_the_runtime_checks_by_its_reason() {
+    // the registry is the process's: other tests count too, so only a rise is asserted (no
+    // other path records this reason)
+    let before = failed_checks("MissingLibraries");
+    let w = world();
+    let f = fake(&w);
+    let e = block(node(&w, &f).apply(vec![shim_with_binary(
+        &w,
+        "spin",
+        std::fs::read("/bin/true").unwrap(),
+    )]))
+    .unwrap_err();
+    assert_eq!(e.reason(), "MissingLibraries");
+    assert!(
+        failed_checks("MissingLibraries") > before,
+        "counted: {}",
+        shim_agent::telemetry::metrics()
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with("shim_agent_runtime_checks"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    let before = failed_checks("ShimDoesNotRun");
+    let e =
+        block(node(&w, &f).apply(vec![shim_with_binary(&w, "slight", sigill_elf())])).unwrap_err();
+    assert_eq!(e.reason(), "ShimDoesNotRun");
+    assert!(failed_checks("ShimDoesNotRun") > before);
+}
+
+#[test]
+fn log_directories_of_checks_a_crash_interrupted_are_removed_at_the_next_start() {
+    let w = world();
+    let f = fake(&w);
+    let checks = w.root.resolve("/var/lib/shim-agent/checks").unwrap();
+    for id in ["spin-18a2b3c4d5e6f708", "slight-18a2b3c4d5e6f709"] {
+        std::fs::create_dir_all(checks.join(id)).unwrap();
+        std::fs::write(checks.join(id).join("check.log"), "partial\n").unwrap();
+    }
+    block(node(&w, &f).open()).unwrap();
+    assert_eq!(
+        std::fs::read_dir(&checks).unwrap().count(),
+        0,
+        "every leftover log directory is gone"
+    );
+
+    // and a start with no checks directory at all is just a start
+    std::fs::remove_dir(&checks).unwrap();
+    block(node(&w, &f).open()).unwrap();
+    assert!(!checks.exists());
+}
+
+#[test]
+fn a_node_whose_containerd_no_build_fits_is_told_before_anything_is_fetched() {
+    let w = world();
+    let mut f = fake(&w);
+    f.version = Some("1.6.20~ds1".into());
+    let server = TestServer::start();
+    let tgz = tar_gz(&[Entry::File(
+        "containerd-shim-x-v2",
+        crate::support::real_elf(),
+        0o755,
+    )]);
+    server.route("/for-2.0.tgz", Route::ok(tgz.clone()));
+    server.route("/for-2.3.tgz", Route::ok(tgz.clone()));
+    let sha = sha256_hex(&tgz);
+    let arch = shim_agent::artifact::node_platform().arch;
+    let s = ShimBuilder::new("spin")
+        .platform_for_containerd(
+            "linux",
+            &arch,
+            ">=2.0, <2.3",
+            &server.url("/for-2.0.tgz"),
+            &sha,
+        )
+        .platform_for_containerd("linux", &arch, ">=2.3", &server.url("/for-2.3.tgz"), &sha)
+        .build();
+    let e =
+        block(node(&w, &f).apply(vec![shim_agent::txn::Change::Install(Box::new(s))])).unwrap_err();
+    assert_eq!(e.reason(), "NoBuildForContainerd", "{e:#}");
+    assert_eq!(e.blamed.clone(), ["spin"]);
+    let text = format!("{e:#}");
+    assert!(
+        text.contains("1.6.20") && text.contains(">=2.3"),
+        "the node's version and the ranges offered: {text}"
+    );
+    assert_eq!(server.total_hits(), 0, "no build was asked for");
+    let store = w.root.resolve("/var/lib/shim-agent/store/sha256").unwrap();
+    assert!(
+        !store.exists() || std::fs::read_dir(&store).unwrap().next().is_none(),
+        "nothing was stored"
+    );
+    assert_eq!(*f.restarts.borrow(), 0);
+    assert_eq!(config(&w), w.original);
+    assert!(state(&w).journal.is_none());
 }

@@ -109,6 +109,34 @@ fn without_a_slot_nothing_on_the_host_changes() {
 }
 
 #[test]
+fn a_failed_preflight_never_asks_for_a_slot() {
+    let w = world();
+    let f = fake(&w);
+    let g = FakeGate::default();
+    // /bin/true needs its interpreter and libc.so.6, which the test's root does not have
+    let e = apply(
+        &w,
+        &f,
+        &g,
+        vec![crate::runtime_check::shim_with_binary(
+            &w,
+            "spin",
+            std::fs::read("/bin/true").unwrap(),
+        )],
+    )
+    .unwrap_err();
+    assert_eq!(e.reason(), "MissingLibraries", "{e:#}");
+    assert!(
+        g.calls.borrow().is_empty(),
+        "no acquire, no renewal, no failure marked on a slot: {:?}",
+        g.calls.borrow()
+    );
+    assert_eq!(*f.restarts.borrow(), 0, "containerd was not restarted");
+    assert_eq!(config(&w), w.original);
+    assert!(state(&w).journal.is_none() && state(&w).shims.is_empty());
+}
+
+#[test]
 fn a_renewal_that_fails_means_no_restart_and_the_files_go_back() {
     let w = world();
     let f = fake(&w);

@@ -6,7 +6,8 @@
 //! # Guarantees
 //! - Nothing the check creates outlives it: the sandbox (and with it its container) is stopped
 //!   and removed whatever the outcome; a call that timed out is followed by a sweep of that
-//!   check's sandboxes; [`sweep`] removes every check sandbox a crash left, and runs at start.
+//!   check's sandboxes; [`sweep`] removes every check sandbox a crash left, and
+//!   [`remove_log_dirs`] every log directory, both at start.
 //! - Every sandbox it makes carries [`CHECK_LABEL`] and its own [`CHECK_ID_LABEL`], is named
 //!   `shim-agent-check-<handler>` in the CRI namespace [`CHECK_NAMESPACE`], uses the node's
 //!   network (no CNI needed, no pod IP taken) and the `system.slice` cgroup parent (outside
@@ -341,6 +342,41 @@ async fn ensure_image(
         .await
         .map(|_| ())
         .map_err(split)
+}
+
+/// The directory under which each check gets its log directory, as containerd sees it on the
+/// node: `<state-dir>/checks`.
+pub fn checks_dir(state_dir: &str) -> String {
+    format!("{}/checks", state_dir.trim_end_matches('/'))
+}
+
+/// Remove every check's log directory under `logs_local` (the [`checks_dir`] as this process
+/// reaches it): a check ended by a crash left its own. The names of those removed; none when
+/// there is no such directory. One that cannot be removed is logged and left for the next
+/// start; `Err`: the directory cannot be read.
+pub fn remove_log_dirs(logs_local: &std::path::Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(logs_local) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => removed.push(name),
+            Err(e) => tracing::warn!(
+                dir = %entry.path().display(),
+                "cannot remove a runtime check's log directory yet (the next start will): {e}"
+            ),
+        }
+    }
+    removed.sort();
+    Ok(removed)
 }
 
 /// Remove every check sandbox (a crash, a timeout or an older agent left them): how many.
