@@ -2,7 +2,8 @@
 //! 2.3.4 on scripts/test's second pass): a new handler runs a pod sandbox through CRI (and its
 //! check container) before the commit; a shim missing a library is refused by the preflight
 //! with no restart; a shim built for another containerd release (listed by CRI, but unable to
-//! start) is rolled back to the config's bytes; a crash during the check leaves no sandbox
+//! start) is rolled back to the config's bytes; a check container still running at its
+//! timeout rolls back too; a crash during the check leaves no sandbox and no log directory
 //! behind after the next start; one Shim with a build per containerd release installs the
 //! build of this node's release.
 //!
@@ -120,6 +121,18 @@ fn changes(yaml: &str) -> Vec<Change> {
         .collect()
 }
 
+/// The log directories of runtime checks on the node (`<state-dir>/checks/*`): none when the
+/// directory is absent.
+fn check_log_dirs(env: &NodeEnv) -> Vec<String> {
+    std::fs::read_dir(env.root.join("var/lib/shim-agent/checks")).map_or_else(
+        |_| Vec::new(),
+        |d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        },
+    )
+}
+
 fn clean_agent_files(env: &NodeEnv) {
     for p in ["var/lib/shim-agent", "opt/shim-agent", "etc/shim-agent"] {
         let _ = std::fs::remove_dir_all(env.root.join(p));
@@ -181,8 +194,7 @@ async fn a_runc_class_shim_runs_its_sandbox_and_its_check_container_before_the_c
         "nothing the check made outlives it"
     );
     assert!(
-        std::fs::read_dir(env.root.join("var/lib/shim-agent/checks"))
-            .map_or(true, |mut d| d.next().is_none()),
+        check_log_dirs(&env).is_empty(),
         "the check's log directory is gone"
     );
 }
@@ -222,6 +234,59 @@ async fn a_check_container_that_does_not_print_what_it_should_rolls_the_install_
     );
     assert_eq!(env.config_files(), original, "the config bytes are back");
     assert!(env.check_sandboxes().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_check_container_still_running_at_its_timeout_rolls_the_install_back() {
+    let Some(env) =
+        node_env("a_check_container_still_running_at_its_timeout_rolls_the_install_back").await
+    else {
+        return;
+    };
+    clean_agent_files(&env);
+    let original = env.config_files();
+    let d = tempfile::tempdir().unwrap();
+    let (url, sha) = artifact(d.path(), "own", own_runc_shim(&env));
+    let yaml = ShimBuilder::new("demo")
+        .artifact(&url, &sha)
+        .check_container(CHECK_IMAGE, &["/bin/busybox", "sleep", "600"], None, 2)
+        .yaml();
+    let (root, settings) = (env.host_root(), Settings::default());
+    let t0 = Instant::now();
+    let e = env
+        .node(&root, &settings)
+        .apply(changes(&yaml))
+        .await
+        .unwrap_err();
+    eprintln!(
+        "containerd {}: timed out and rolled back in {:?}: {e:#}",
+        env.containerd.version,
+        t0.elapsed()
+    );
+    assert_eq!(e.reason(), "ContainerCheckFailed", "{e:#}");
+    assert_eq!(e.blamed.clone(), ["demo"]);
+    let text = format!("{e:#}");
+    assert!(
+        text.contains("still running after 2 s") && text.contains("timeoutSeconds"),
+        "{text}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(120),
+        "the check gave up at its timeout, not the container's end: {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        env.check_sandboxes().await.is_empty(),
+        "the sandbox and its sleeping container are gone"
+    );
+    assert!(
+        check_log_dirs(&env).is_empty(),
+        "{:?}",
+        check_log_dirs(&env)
+    );
+    assert_eq!(env.config_files(), original, "the config bytes are back");
+    let st = shim_agent::cli::status::read_state(&root, &settings).unwrap();
+    assert!(st.shims.is_empty() && st.journal.is_none(), "{st:?}");
 }
 
 #[tokio::test]
@@ -407,6 +472,12 @@ async fn a_crash_during_the_check_leaves_no_sandbox_after_the_next_start() {
         1,
         "the crash left the check's sandbox: {left:?}"
     );
+    let logs_left = check_log_dirs(&env);
+    assert_eq!(
+        logs_left.len(),
+        1,
+        "the crash left the check's log directory: {logs_left:?}"
+    );
     let (root, settings) = (env.host_root(), Settings::default());
     let st = shim_agent::cli::status::read_state(&root, &settings).unwrap();
     assert_eq!(
@@ -428,6 +499,11 @@ async fn a_crash_during_the_check_leaves_no_sandbox_after_the_next_start() {
     assert!(
         env.check_sandboxes().await.is_empty(),
         "no sandbox left after the next start: {all:?} (the crash left {left:?})"
+    );
+    assert!(
+        check_log_dirs(&env).is_empty(),
+        "no log directory left after the next start: {:?} (the crash left {logs_left:?})",
+        check_log_dirs(&env)
     );
     let st = shim_agent::cli::status::read_state(&root, &settings).unwrap();
     assert!(
