@@ -22,9 +22,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::reconciler::crash;
 use crate::reconciler::judge::{Context, Verdict};
 use crate::reconciler::memory::{Memory, Wanted};
+use crate::reconciler::round::open_round;
 use crate::state::{NodeState, StateStore};
 use crate::statics::{
     Adoption, FILE_SETTLE_MILLIS, read_static_shims, static_changes, watch, watched_paths,
@@ -60,33 +60,27 @@ pub async fn reconcile<R: Restarter, H: HealthCheck>(
         tracing::error!("ignoring a static Shim file until it is fixed: {e}");
     }
     let wanted = Wanted::new(&[], &desired);
-    memory.forget_stale(&wanted);
-    memory.expire(Instant::now());
-    let mut held = memory.held(Instant::now());
-    let aside = memory.set_aside_crashed(store, state, &wanted);
-    crate::telemetry::set_aside(aside.names.len());
-    for s in &aside.new {
+    let opened = open_round(memory, store, state, wanted, Instant::now());
+    crate::telemetry::set_aside(opened.aside.names.len());
+    for s in &opened.aside.new {
         let (name, reason) = (&s.name, crate::crashes::REASON);
         tracing::error!(shim = %name, %reason, "{name}: {}", s.note.message);
     }
-    held.extend(aside.names);
     let mut changes = static_changes(&desired, state, !errors.is_empty());
-    changes.retain(|c| !held.contains(change_name(c)));
+    changes.retain(|c| !opened.held.contains(change_name(c)));
     let facts = node.host_facts(state);
-    let work = crate::txn::real_work(&changes, state, &facts);
-    memory.restrict_to_solo(&mut changes, &work);
-    let work = crate::txn::real_work(&changes, state, &facts);
-    let outcome = match crash::begin_work(store, state, &work, &wanted) {
-        Ok(()) => node.apply_with(store, state, changes).await,
-        Err(e) => Err(e),
-    };
+    let planning = opened.planning;
+    planning.cut_to_solo(memory, &mut changes, state, &facts);
+    let mut begun = planning.begin(store, state, &changes, &facts);
+    let outcome = begun.transact(node.apply_with(store, state, changes)).await;
     let cx = Context {
         stopping: false,
         node: "",
         now: Instant::now(),
     };
-    report(&memory.conclude(&outcome, &work, &wanted, cx), &outcome);
-    crash::end_work(store, state, &work);
+    let concluded = begun.conclude(memory, &outcome, cx);
+    report(&concluded.verdict, &outcome);
+    concluded.end(store, state);
     Ok(outcome?.restarts)
 }
 

@@ -49,9 +49,14 @@ impl<'a> Wanted<'a> {
     /// The spec key `name`'s change is at: its Shim's, or [`UNINSTALL_KEY`] when none is
     /// wanted (the change removes it).
     pub fn key(&self, name: &str) -> String {
-        self.get(name)
-            .map_or_else(|| UNINSTALL_KEY.to_string(), spec_key)
+        change_key(self.get(name))
     }
+}
+
+/// The one key of a change: its Shim's [`spec_key`], or [`UNINSTALL_KEY`] when there is no
+/// Shim (the change removes it).
+fn change_key(shim: Option<&Shim>) -> String {
+    shim.map_or_else(|| UNINSTALL_KEY.to_string(), spec_key)
 }
 
 /// Longest pause of a change that waits for the API server (no slot could be had): it
@@ -213,7 +218,7 @@ impl Memory {
         message: String,
         now: Instant,
     ) -> Duration {
-        let key = shim.map(spec_key).unwrap_or_else(|| UNINSTALL_KEY.into());
+        let key = change_key(shim);
         let attempts = self
             .failures
             .get(name)

@@ -4,21 +4,11 @@
 //! ([`crash`]). A run mode keeps only its source of Shims and its reporting; every decision
 //! about failures, retries and crashes is made here, once.
 //!
-//! A round, in either mode:
-//! 1. [`Memory::forget_stale`], [`Memory::expire`], then [`Memory::held`] and
-//!    [`Memory::set_aside_crashed`]: the Shims the round leaves out;
-//! 2. the plan, cut down by [`Memory::restrict_to_solo`] after an unnamed batch failure;
-//! 3. [`crash::begin_work`] (the round does not begin when it fails), the transaction, and
-//!    [`Memory::conclude`] on its outcome: the [`judge::Verdict`] the mode reports;
-//! 4. [`crash::end_work`].
-//!
-//! [`Memory::forget_stale`]: memory::Memory::forget_stale
-//! [`Memory::expire`]: memory::Memory::expire
-//! [`Memory::held`]: memory::Memory::held
-//! [`Memory::set_aside_crashed`]: memory::Memory::set_aside_crashed
-//! [`Memory::restrict_to_solo`]: memory::Memory::restrict_to_solo
-//! [`Memory::conclude`]: memory::Memory::conclude
+//! A round, in either mode, runs the steps of [`round`] in their one order: open it (the
+//! Shims it leaves out), plan and cut the plan to one Shim after an unnamed batch failure,
+//! begin (crash record), transact, conclude (the [`judge::Verdict`] the mode reports), end.
 
 pub mod crash;
 pub mod judge;
 pub mod memory;
+pub mod round;

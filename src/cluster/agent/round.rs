@@ -16,9 +16,9 @@ use super::view::RoundView;
 use crate::api::Shim;
 use crate::cluster::nodestate;
 use crate::cluster::target::{self, NodePlan, PodUse};
-use crate::reconciler::crash;
 use crate::reconciler::judge::Context;
 use crate::reconciler::memory::Wanted;
+use crate::reconciler::round::{Opened, Planning, open_round};
 use crate::state::{NodeState, StateStore};
 use crate::statics::read_static_shims;
 use crate::txn::{Change, Gate, HealthCheck, ReleaseLater, Restarter};
@@ -51,13 +51,14 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             return;
         };
         let wanted = Wanted::new(&read.cluster, &read.statics);
-        self.memory.forget_stale(&wanted);
-        self.memory.expire(Instant::now());
-        let mut held = self.memory.held(Instant::now());
-        let aside = self.memory.set_aside_crashed(store, state, &wanted);
+        let now = Instant::now();
+        let Opened {
+            held,
+            aside,
+            planning,
+        } = open_round(&mut self.memory, store, state, wanted, now);
         crate::telemetry::set_aside(aside.names.len());
         self.report_aside(&aside.new, &read.cluster, &read.node);
-        held.extend(aside.names);
         let view = RoundView {
             cluster: &read.cluster,
             statics: &read.statics,
@@ -67,36 +68,33 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             specs,
         };
         let labels = read.node.labels().clone();
-        let mut plan = self.plan(&view, &labels, state);
+        let mut plan = self.plan(&view, &labels, state, &planning);
         let mut current = self.unlabel(read.node.clone(), &labels, &mut plan).await;
-        let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
-        let begun = crash::begin_work(store, state, &work, &wanted);
+        let facts = self.node.host_facts(state);
+        let mut begun = planning.begin(store, state, &plan.changes, &facts);
+        let work = begun.work().to_vec();
         let before = state.clone();
         let me = self.node_name.clone();
         let gate = ReleaseLater::new(self.gate(&me, &view, &plan, state, caches, &current));
-        let outcome = match begun {
-            Ok(()) => {
-                self.transact(store, state, &view, &plan, &work, &gate, &mut current)
-                    .await
-            }
-            Err(e) => Err(e),
-        };
+        let tx = self.transact(store, state, &view, &plan, &work, &gate, &mut current);
+        let outcome = begun.transact(tx).await;
         let cx = Context {
             stopping: self.shutdown.as_ref().is_some_and(|s| *s.borrow()),
             node: &me,
             now: Instant::now(),
         };
-        let verdict = self.memory.conclude(&outcome, &work, &wanted, cx);
+        let concluded = begun.conclude(&mut self.memory, &outcome, cx);
+        let (verdict, wanted) = (&concluded.verdict, concluded.wanted());
         match &outcome {
             Ok(report) => self.succeeded(report, &before, &read.cluster, &current),
-            Err(e) => self.failed(e, &verdict, &before, &wanted, &read.cluster, &current),
+            Err(e) => self.failed(e, verdict, &before, wanted, &read.cluster, &current),
         }
         self.adopt_into_cluster(store, state, &read.cluster, &read.statics, &labels);
         self.report_blocked_and_conflicts(&plan, &read.cluster, &current);
         // the slots go back beside the label patch, not before it: one round trip less on
         // the way to the label (a committed change holds its slots a moment longer)
         tokio::join!(self.sync_node(current, &view, state, &plan), gate.finish());
-        crash::end_work(store, state, &work);
+        concluded.end(store, state);
         self.publish_events();
     }
 
@@ -128,10 +126,11 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         view: &RoundView<'_>,
         labels: &std::collections::BTreeMap<String, String>,
         state: &NodeState,
+        planning: &Planning<'_>,
     ) -> NodePlan {
         let mut plan = target::plan_node(&view.inputs(labels, state));
-        let work = crate::txn::real_work(&plan.changes, state, &self.node.host_facts(state));
-        self.memory.restrict_to_solo(&mut plan.changes, &work);
+        let facts = self.node.host_facts(state);
+        planning.cut_to_solo(&mut self.memory, &mut plan.changes, state, &facts);
         plan
     }
 
