@@ -21,6 +21,7 @@
 //! byte of the download. Names from the archive are shown lossily decoded, escaped and cut
 //! (`paths::shown_name`); nothing here slices a name, so no name can make it panic.
 
+use std::cell::Cell;
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -136,11 +137,7 @@ impl Unpacker<'_> {
     /// Map a read error of the archive stream (not of the destination); `entry` says where
     /// in the archive ("" before the first entry).
     fn read_error(&self, e: io::Error, entry: &str) -> ArtifactError {
-        let at = if entry.is_empty() {
-            String::new()
-        } else {
-            format!(" at entry {entry:?}")
-        };
+        let at = at_entry(entry);
         let location = self.location();
         let name = self.format.name();
         match StreamError::of(&e) {
@@ -179,12 +176,7 @@ impl Unpacker<'_> {
                 location,
                 detail: format!("bad {codec} data{at}: {source}"),
             },
-            None if e.kind() == io::ErrorKind::UnexpectedEof || tar_ends_early(&e) => {
-                ArtifactError::TruncatedArchive {
-                    location,
-                    detail: format!("the {name} data ends early{at}"),
-                }
-            }
+            None if e.kind() == io::ErrorKind::UnexpectedEof => self.ends_early(entry),
             None => ArtifactError::CorruptArchive {
                 location,
                 detail: format!("bad {name} data{at}: {e}"),
@@ -192,10 +184,37 @@ impl Unpacker<'_> {
         }
     }
 
+    /// Map an error of the tar walk: one the tar crate raises itself after the stream has
+    /// `ended` is a truncation (see [`EndSeen`]), anything else goes to [`Self::read_error`].
+    fn tar_error(&self, e: io::Error, entry: &str, ended: bool) -> ArtifactError {
+        if ended && tar_own_error(&e) {
+            return self.ends_early(entry);
+        }
+        self.read_error(e, entry)
+    }
+
+    /// The archive's data ends before its tar does.
+    fn ends_early(&self, entry: &str) -> ArtifactError {
+        ArtifactError::TruncatedArchive {
+            location: self.location(),
+            detail: format!(
+                "the {} data ends early{}",
+                self.format.name(),
+                at_entry(entry)
+            ),
+        }
+    }
+
     /// Walk the tar entries; returns the reader positioned after the archive's end.
     fn unpack_tar<R: Read>(&mut self, reader: R) -> Result<R, ArtifactError> {
-        let mut archive = tar::Archive::new(reader);
-        let mut entries = archive.entries().map_err(|e| self.read_error(e, ""))?;
+        let ended = Cell::new(false);
+        let mut archive = tar::Archive::new(EndSeen {
+            inner: reader,
+            ended: &ended,
+        });
+        let mut entries = archive
+            .entries()
+            .map_err(|e| self.tar_error(e, "", ended.get()))?;
         let mut at = "(the first entry)".to_string();
         loop {
             // headers, long names, pax records and the skipped rest of the last entry
@@ -203,11 +222,11 @@ impl Unpacker<'_> {
             let next = entries.next();
             self.meter.end_headers();
             let Some(entry) = next else { break };
-            let entry = entry.map_err(|e| self.read_error(e, &at))?;
+            let entry = entry.map_err(|e| self.tar_error(e, &at, ended.get()))?;
             at = format!("after {}", shown_name(&entry.path_bytes()));
             self.unpack_entry(entry)?;
         }
-        Ok(archive.into_inner())
+        Ok(archive.into_inner().inner)
     }
 
     fn unpack_entry<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<(), ArtifactError> {
@@ -444,10 +463,41 @@ fn make_dir(p: &Path) -> Result<(), ArtifactError> {
         .map_err(|e| ArtifactError::io("set mode of", p, e))
 }
 
-/// The tar crate's own errors for a stream that ends inside a block (of kind Other).
-fn tar_ends_early(e: &io::Error) -> bool {
-    let msg = e.to_string();
-    msg.contains("unexpected EOF") || msg.contains("failed to read entire block")
+/// Where in the archive, for an error's detail: "" before the first entry.
+fn at_entry(entry: &str) -> String {
+    if entry.is_empty() {
+        String::new()
+    } else {
+        format!(" at entry {entry:?}")
+    }
+}
+
+/// The reader the tar walk reads, noting when the stream has ended (a read of a non-empty
+/// buffer gave 0 bytes).
+///
+/// The tar crate reports a stream that ends inside a header block or inside data it skips
+/// with a plain `ErrorKind::Other` error ("failed to read entire block", "unexpected EOF
+/// during skip"), no type or kind to tell it from a malformed header. So the truncation is
+/// checked directly: an error the tar crate raised after its stream ended is one.
+struct EndSeen<'e, R> {
+    inner: R,
+    ended: &'e Cell<bool>,
+}
+
+impl<R: Read> Read for EndSeen<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.ended.set(true);
+        }
+        Ok(n)
+    }
+}
+
+/// An error the tar crate made itself (kind `Other`), not one of the stream under it (those
+/// carry a [`StreamError`], or the kind of the reader's own error).
+fn tar_own_error(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Other && StreamError::of(e).is_none()
 }
 
 fn describe_type(t: tar::EntryType) -> &'static str {
@@ -457,5 +507,83 @@ fn describe_type(t: tar::EntryType) -> &'static str {
         tar::EntryType::Fifo => "fifo",
         tar::EntryType::GNUSparse => "GNU sparse file",
         _ => "(unsupported)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plain tar of one file `a` of `size` bytes, then `b`, a file of one byte.
+    fn two_files(size: usize) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, data) in [("a", vec![7u8; size]), ("b", vec![1u8])] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, name, &data[..]).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn unpack(bytes: &[u8]) -> Result<UnpackSummary, ArtifactError> {
+        let dest = tempfile::tempdir().unwrap();
+        let limits = Limits::default();
+        let opts = UnpackOptions {
+            location: "test.tar",
+            bare_name: "shim",
+            limits: &limits,
+        };
+        unpack_stream(bytes, dest.path(), &opts)
+    }
+
+    #[test]
+    fn a_tar_cut_inside_a_header_block_ends_early() {
+        let tar = two_files(10);
+        // a's header and its one data block, then half of b's header
+        let e = unpack(&tar[..1024 + 256]).unwrap_err();
+        assert_eq!(e.reason(), "TruncatedArchive", "{e}");
+        assert!(e.to_string().contains("the tar data ends early"), "{e}");
+    }
+
+    #[test]
+    fn a_tar_cut_inside_the_padding_it_skips_ends_early() {
+        // a's data fills 10 bytes of its block; the cut leaves the rest of that block out,
+        // which the tar walk skips on its way to the next header
+        let tar = two_files(10);
+        let e = unpack(&tar[..512 + 100]).unwrap_err();
+        assert_eq!(e.reason(), "TruncatedArchive", "{e}");
+    }
+
+    #[test]
+    fn a_bad_header_checksum_in_a_whole_stream_is_corrupt_not_truncated() {
+        let mut tar = two_files(10);
+        tar[1024] ^= 0xff; // first byte of b's name
+        let e = unpack(&tar).unwrap_err();
+        assert_eq!(e.reason(), "CorruptArchive", "{e}");
+    }
+
+    #[test]
+    fn only_an_error_the_tar_crate_raises_after_the_stream_ended_is_a_truncation() {
+        let limits = Limits::default();
+        let opts = UnpackOptions {
+            location: "test.tar",
+            bare_name: "shim",
+            limits: &limits,
+        };
+        let meter = Meter::new(u64::MAX);
+        let u = Unpacker {
+            dest: Path::new("/nonexistent"),
+            opts: &opts,
+            format: Format::Tar,
+            meter: &meter,
+            summary: UnpackSummary::default(),
+        };
+        let own = || io::Error::other("failed to read entire block");
+        assert_eq!(u.tar_error(own(), "", true).reason(), "TruncatedArchive");
+        assert_eq!(u.tar_error(own(), "", false).reason(), "CorruptArchive");
+        let aborted = io::Error::new(io::ErrorKind::ConnectionAborted, "download interrupted");
+        assert_eq!(u.tar_error(aborted, "", true).reason(), "CorruptArchive");
     }
 }
