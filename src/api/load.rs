@@ -9,9 +9,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use super::Shim;
-
-/// The apiVersion of the Shim API.
-pub const API_VERSION: &str = "containerd.x-k8s.io/v1alpha1";
+use super::names::API_VERSION;
 
 /// Why a YAML document is not an acceptable Shim.
 #[derive(Debug, Error)]

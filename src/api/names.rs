@@ -1,6 +1,14 @@
 //! The wire names the agents, the coordinator, the admission policies and the operator agree
-//! on, in one place: the API group, the labels, annotations and finalizer, the Leases, the
-//! field manager, and the condition types and reasons more than one module reads or writes.
+//! on, in one place: the API group and version, the labels, annotations and finalizer, the
+//! Leases, the field manager, the condition types and reasons ([`condition`], [`reason`]), and
+//! the reasons of the Events the agent writes ([`event`]).
+//!
+//! Two names stay beside the code below `api` in the layer map (docs/design.md §11), which
+//! may not import this module: the reason of a Shim set aside after crashes (`AgentCrashed`,
+//! `crashes::REASON`, also reported by the static daemon) and the labels of the runtime
+//! check's CRI sandboxes (`node::check`, never seen by the API server). The `group` of the
+//! `kube` derives (`Shim`, `ShimLease`, `ShimExtension`) is a literal the derive needs; a
+//! test below holds it to [`GROUP`].
 
 /// The namespace of shim-agent's Leases (and its ServiceAccounts).
 pub const NAMESPACE: &str = "shim-agent-system";
@@ -44,6 +52,10 @@ pub const STARTUP_TAINT_ANNOTATION: &str = "containerd.x-k8s.io/startup-taint";
 
 /// The API group of the Shim kind; also the prefix of the agent's labels and annotations.
 pub const GROUP: &str = "containerd.x-k8s.io";
+/// The version of [`GROUP`] the Shim, ShimLease and ShimExtension kinds are served at.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of a Shim: [`GROUP`]/[`VERSION`].
+pub const API_VERSION: &str = "containerd.x-k8s.io/v1alpha1";
 /// Annotation on the Node: JSON map Shim name → the Shim's state on that node.
 pub const STATE_ANNOTATION: &str = "containerd.x-k8s.io/shim-state";
 /// Finalizer the coordinator puts on every Shim, removed once every node is clean.
@@ -54,8 +66,9 @@ pub const COORDINATOR_LEASE: &str = "shim-agent-coordinator";
 pub const FIELD_MANAGER: &str = "shim-agent";
 /// Nodes with this label are not targeted by a Shim without a nodeSelector.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
-/// Label on RuntimeClasses the coordinator manages (beside the ownerReference to the Shim).
-pub const MANAGED_BY_LABEL: &str = super::MANAGED_BY_LABEL;
+/// Label on RuntimeClasses the coordinator manages (beside the ownerReference to the Shim),
+/// with the value [`FIELD_MANAGER`] (docs/design.md §7); a Shim may not set it.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
 /// The node label that says "this node serves the Shim's handler".
 pub fn node_label(shim: &str) -> String {
@@ -76,9 +89,66 @@ pub mod condition {
     pub const ROLLOUT_DEFERRED: &str = "RolloutDeferred";
 }
 
-/// Condition reasons that one module writes and another reads.
+/// The reasons of the Shim's conditions, and of a node's entry in the
+/// [`STATE_ANNOTATION`](super::STATE_ANNOTATION) (shown in `Degraded`).
 pub mod reason {
+    /// `Ready` False: the Shim is being removed from its nodes.
+    pub const DELETING: &str = "Deleting";
+    /// `Ready` False: the Shim selects no node.
+    pub const NO_TARGETED_NODES: &str = "NoTargetedNodes";
+    /// `Ready` True: every targeted node serves the handler.
+    pub const ALL_NODES_READY: &str = "AllNodesReady";
+    /// `Ready` False: some node failed at the current generation.
+    pub const NODES_FAILED: &str = "NodesFailed";
+    /// `Ready` False, `Progressing` True: nodes still have work to do.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// `Progressing` False: no node has work left.
+    pub const COMPLETE: &str = "Complete";
+    /// `Degraded` False.
+    pub const NO_FAILURES: &str = "NoFailures";
+    /// `Degraded` True for a failed node whose report names no reason.
+    pub const FAILED: &str = "Failed";
+    /// `RolloutHalted` True: failures holding slots exceed maxFailures.
+    pub const TOO_MANY_FAILURES: &str = "TooManyFailures";
+    /// `RolloutHalted` False.
+    pub const WITHIN_FAILURE_BUDGET: &str = "WithinFailureBudget";
     /// `RolloutHalted` because a BeforeRollout extension refused the generation (the
     /// coordinator writes it; a new coordinator reads it to keep the refusal).
     pub const EXTENSION_REFUSED: &str = "ExtensionRefused";
+    /// `RolloutDeferred` True: a BeforeRollout extension defers the rollout.
+    pub const EXTENSION_DEFERRED: &str = "ExtensionDeferred";
+    /// `RolloutDeferred` False, once it was True.
+    pub const NOT_DEFERRED: &str = "NotDeferred";
+
+    /// A node's state: a static Shim of that name in shims.d runs instead of the cluster's
+    /// (also the reason of the Event saying so).
+    pub const STATIC_SHIM_WINS: &str = "StaticShimWins";
+    /// A node's state: the uninstall waits for pods that use the Shim's RuntimeClass.
+    pub const PODS_USE_RUNTIME_CLASS: &str = "PodsUseRuntimeClass";
+    /// A node's state: a removed version is kept while containerd tasks run through it.
+    pub const TASKS_RUN_THROUGH_IT: &str = "TasksRunThroughIt";
+}
+
+/// The reasons of the Events the agent writes on a Shim and its Node.
+pub mod event {
+    pub use super::reason::STATIC_SHIM_WINS;
+
+    /// A Shim new on the node serves its handler.
+    pub const INSTALLED: &str = "Installed";
+    /// A Shim's new version serves its handler.
+    pub const UPGRADED: &str = "Upgraded";
+    /// A Shim was removed from the node.
+    pub const UNINSTALLED: &str = "Uninstalled";
+    /// A Shim's uninstall waits for pods that use its RuntimeClass.
+    pub const UNINSTALL_BLOCKED: &str = "UninstallBlocked";
+    /// An install failed (nothing changed on the node).
+    pub const INSTALL_FAILED: &str = "InstallFailed";
+    /// An upgrade failed (the previous version stays).
+    pub const UPGRADE_FAILED: &str = "UpgradeFailed";
+    /// An uninstall failed.
+    pub const UNINSTALL_FAILED: &str = "UninstallFailed";
+    /// A change failed after touching the node and was rolled back.
+    pub const ROLLED_BACK: &str = "RolledBack";
+    /// The node's files drifted from the journal in a way the agent cannot repair.
+    pub const DRIFT_UNREPAIRABLE: &str = "DriftUnrepairable";
 }

@@ -30,7 +30,6 @@ use super::lease::{
 use super::rbac::{
     AGENT_GROUP, AGENT_USER_PREFIX, COORDINATOR_GROUP, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT,
 };
-use super::runtime_class::MANAGED_BY_LABEL as MANAGED_BY;
 
 pub const SHIM_WRITES_POLICY: &str = "shim-agent-shim-writes";
 pub const SLOT_WRITES_POLICY: &str = "shim-agent-slot-writes";
@@ -41,7 +40,8 @@ pub const NODE_STATUS_POLICY: &str = "shim-agent-node-status";
 pub const NODE_TAINTS_POLICY: &str = "shim-agent-node-taints";
 
 use super::names::{
-    FINALIZER, GROUP, SHIMS_READY, STARTUP_TAINT_ANNOTATION as STARTUP_TAINT, STATE_ANNOTATION,
+    API_VERSION, FINALIZER, GROUP, MANAGED_BY_LABEL as MANAGED_BY, SHIMS_READY,
+    STARTUP_TAINT_ANNOTATION as STARTUP_TAINT, STATE_ANNOTATION, VERSION,
 };
 
 /// The extra a node-bound ServiceAccount token carries: the Node it is bound to.
@@ -91,11 +91,7 @@ fn meta(name: &str) -> serde_json::Value {
 }
 
 fn rules(group: &str, resource: &str, operations: &[&str]) -> serde_json::Value {
-    let version = if group == "containerd.x-k8s.io" {
-        "v1alpha1"
-    } else {
-        "v1"
-    };
+    let version = if group == GROUP { VERSION } else { "v1" };
     serde_json::json!({"resourceRules": [{
         "apiGroups": [group],
         "apiVersions": [version],
@@ -113,7 +109,7 @@ pub fn shim_writes() -> serde_json::Value {
         "metadata": meta(SHIM_WRITES_POLICY),
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": rules("containerd.x-k8s.io", "shims", &["UPDATE"]),
+            "matchConstraints": rules(GROUP, "shims", &["UPDATE"]),
             "matchConditions": [{
                 "name": "shim-agent-identity",
                 "expression": format!("{} || {}", is_node_agent(), is_coordinator()),
@@ -146,7 +142,7 @@ pub fn slot_writes() -> serde_json::Value {
         "metadata": meta(SLOT_WRITES_POLICY),
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": rules("containerd.x-k8s.io", "shimleases", &["CREATE", "UPDATE", "DELETE"]),
+            "matchConstraints": rules(GROUP, "shimleases", &["CREATE", "UPDATE", "DELETE"]),
             "matchConditions": [{"name": "node-agent", "expression": is_node_agent()}],
             "variables": [
                 {"name": "me", "expression": node_of_requester()},
@@ -163,7 +159,7 @@ pub fn slot_writes() -> serde_json::Value {
             "validations": [
                 {
                     "expression": "variables.me != ''",
-                    "message": "this identity is a shim-agent node agent but acts for no node: use the kubelet's credentials, a certificate named containerd.x-k8s.io:node:<node>, or a token bound to the Node",
+                    "message": format!("this identity is a shim-agent node agent but acts for no node: use the kubelet's credentials, a certificate named {AGENT_USER_PREFIX}<node>, or a token bound to the Node"),
                 },
                 {
                     "expression": "variables.slot",
@@ -246,7 +242,7 @@ fn same_metadata_but(but: &[&str]) -> String {
 /// A dedicated node identity writes only its own Node, and there only the Shim labels
 /// (`containerd.x-k8s.io/…`) and the state annotation, as NodeRestriction holds a kubelet.
 pub fn node_writes() -> serde_json::Value {
-    let ours = "k.startsWith('containerd.x-k8s.io/')";
+    let ours = format!("k.startsWith('{GROUP}/')");
     serde_json::json!({
         "metadata": meta(NODE_WRITES_POLICY),
         "spec": {
@@ -332,8 +328,8 @@ pub fn node_taints() -> serde_json::Value {
                     "message": format!("the shim-agent coordinator may only remove a Node's startup taint and write its {SLOT_RESERVATIONS_ANNOTATION} annotation: no create, delete, or other change"),
                 },
                 {
-                    "expression": format!("{new}.all(t, t in {old}) && {old}.all(t, t in {new} || (variables.ready && variables.named.startsWith('containerd.x-k8s.io/') && variables.named == t.key + ':' + t.effect))", new = taints("object"), old = taints("oldObject")),
-                    "messageExpression": format!("'the shim-agent coordinator may remove only the startup taint the Node names in {STARTUP_TAINT} (under containerd.x-k8s.io/), once its {SHIMS_READY} condition is True; not so on ' + object.metadata.name"),
+                    "expression": format!("{new}.all(t, t in {old}) && {old}.all(t, t in {new} || (variables.ready && variables.named.startsWith('{GROUP}/') && variables.named == t.key + ':' + t.effect))", new = taints("object"), old = taints("oldObject")),
+                    "messageExpression": format!("'the shim-agent coordinator may remove only the startup taint the Node names in {STARTUP_TAINT} (under {GROUP}/), once its {SHIMS_READY} condition is True; not so on ' + object.metadata.name"),
                 },
             ],
         },
@@ -343,7 +339,7 @@ pub fn node_taints() -> serde_json::Value {
 /// CEL: `o` is a RuntimeClass the coordinator manages: labelled, owned by a Shim.
 fn shim_owned(o: &str) -> String {
     format!(
-        "{o}.metadata.?labels[?'{MANAGED_BY}'].orValue('') == 'shim-agent' && {o}.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Shim' && r.apiVersion == 'containerd.x-k8s.io/v1alpha1')"
+        "{o}.metadata.?labels[?'{MANAGED_BY}'].orValue('') == 'shim-agent' && {o}.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Shim' && r.apiVersion == '{API_VERSION}')"
     )
 }
 
@@ -381,7 +377,7 @@ pub fn runtimeclass_shims() -> serde_json::Value {
         "metadata": meta(RUNTIMECLASS_SHIMS_POLICY),
         "spec": {
             "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "containerd.x-k8s.io/v1alpha1", "kind": "Shim"},
+            "paramKind": {"apiVersion": API_VERSION, "kind": "Shim"},
             "matchConstraints": rules("node.k8s.io", "runtimeclasses", &["CREATE", "UPDATE"]),
             "matchConditions": [{"name": "coordinator", "expression": is_coordinator()}],
             "variables": [
@@ -395,8 +391,8 @@ pub fn runtimeclass_shims() -> serde_json::Value {
             ],
             "validations": [
                 {
-                    "expression": "!variables.owners.exists(r, r.uid == params.metadata.uid) || (object.metadata.name == params.spec.runtimeClass.name && object.handler == variables.handler && object.?scheduling.?nodeSelector.orValue({})[?'containerd.x-k8s.io/' + params.metadata.name].orValue('') == 'true')",
-                    "messageExpression": "'RuntimeClass ' + object.metadata.name + ' of Shim ' + params.metadata.name + ' must be named ' + params.spec.runtimeClass.name + ', run handler ' + variables.handler + ' and select containerd.x-k8s.io/' + params.metadata.name + '=true'",
+                    "expression": format!("!variables.owners.exists(r, r.uid == params.metadata.uid) || (object.metadata.name == params.spec.runtimeClass.name && object.handler == variables.handler && object.?scheduling.?nodeSelector.orValue({{}})[?'{GROUP}/' + params.metadata.name].orValue('') == 'true')"),
+                    "messageExpression": format!("'RuntimeClass ' + object.metadata.name + ' of Shim ' + params.metadata.name + ' must be named ' + params.spec.runtimeClass.name + ', run handler ' + variables.handler + ' and select {GROUP}/' + params.metadata.name + '=true'"),
                 },
                 {
                     "expression": "!variables.mine || (object.?scheduling.?tolerations.orValue([]) == params.spec.runtimeClass.?scheduling.?tolerations.orValue([]) && variables.selector.size() == variables.terms.size() + 1 && variables.terms.all(k, k in variables.selector && variables.selector[k] == variables.terms[k]))",

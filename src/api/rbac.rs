@@ -22,6 +22,7 @@ use k8s_openapi::api::rbac::v1::{
 
 use super::lease::NAMESPACE;
 use super::meta;
+use super::names::GROUP;
 
 /// Group of dedicated node-agent identities (instead of the kubelet's).
 pub const AGENT_GROUP: &str = "containerd.x-k8s.io:shim-agents";
@@ -93,20 +94,12 @@ pub fn node_cluster_role() -> ClusterRole {
         metadata: meta(RBAC_NAME, None),
         rules: Some(vec![
             // which Shims target this node
-            rule(&["containerd.x-k8s.io"], &["shims"], &["list", "watch"]),
+            rule(&[GROUP], &["shims"], &["list", "watch"]),
             // lifecycle hooks: a cache of the extensions, and each node hook call's result in
             // its status (the caller writes it); a `service` reference is resolved through
             // the API, as the agent on the host cannot use cluster DNS
-            rule(
-                &["containerd.x-k8s.io"],
-                &["shimextensions"],
-                &["get", "list", "watch"],
-            ),
-            rule(
-                &["containerd.x-k8s.io"],
-                &["shimextensions/status"],
-                &["patch", "update"],
-            ),
+            rule(&[GROUP], &["shimextensions"], &["get", "list", "watch"]),
+            rule(&[GROUP], &["shimextensions/status"], &["patch", "update"]),
             rule(&[""], &["services"], &["get"]),
             rule(&["discovery.k8s.io"], &["endpointslices"], &["list"]),
             rule(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
@@ -143,23 +136,11 @@ pub fn coordinator_cluster_role() -> ClusterRole {
         metadata: meta(COORDINATOR_RBAC_NAME, None),
         rules: Some(vec![
             // the finalizer in and out (the shim-writes policy allows nothing else)
-            rule(
-                &["containerd.x-k8s.io"],
-                &["shims"],
-                &["list", "watch", "patch"],
-            ),
-            rule(&["containerd.x-k8s.io"], &["shims/status"], &["patch"]),
+            rule(&[GROUP], &["shims"], &["list", "watch", "patch"]),
+            rule(&[GROUP], &["shims/status"], &["patch"]),
             // BeforeRollout: the extensions, their records, their Services
-            rule(
-                &["containerd.x-k8s.io"],
-                &["shimextensions"],
-                &["get", "list", "watch"],
-            ),
-            rule(
-                &["containerd.x-k8s.io"],
-                &["shimextensions/status"],
-                &["patch", "update"],
-            ),
+            rule(&[GROUP], &["shimextensions"], &["get", "list", "watch"]),
+            rule(&[GROUP], &["shimextensions/status"], &["patch", "update"]),
             rule(&[""], &["services"], &["get"]),
             rule(&["discovery.k8s.io"], &["endpointslices"], &["list"]),
             // targets and the nodes' reports; startup taints off ready nodes (the node-taints
@@ -186,7 +167,7 @@ pub fn lease_roles() -> [Role; 2] {
         Role {
             metadata: meta(RBAC_NAME, Some(NAMESPACE)),
             rules: Some(vec![rule(
-                &["containerd.x-k8s.io"],
+                &[GROUP],
                 &["shimleases"],
                 &["get", "list", "watch", "update", "patch"],
             )]),
@@ -194,7 +175,7 @@ pub fn lease_roles() -> [Role; 2] {
         Role {
             metadata: meta(COORDINATOR_RBAC_NAME, Some(NAMESPACE)),
             rules: Some(vec![rule(
-                &["containerd.x-k8s.io"],
+                &[GROUP],
                 &["shimleases"],
                 &["get", "list", "watch", "create", "update", "delete"],
             )]),

@@ -18,9 +18,7 @@ use kube::KubeSchema;
 use kube::core::{Message, Rule};
 use serde::{Deserialize, Serialize};
 
-/// The label the coordinator puts on the RuntimeClasses it writes (docs/design.md §7); a
-/// Shim may not set it.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+use super::names::MANAGED_BY_LABEL;
 
 /// CEL regex of a qualified name (a label or annotation key): an optional DNS-1123
 /// subdomain prefix and `/`, then 1 to 63 letters, digits, `-`, `_` or `.`, starting and

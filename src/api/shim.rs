@@ -496,4 +496,18 @@ mod tests {
         let text = serde_json::to_string(&shim(BASE).spec.fetch_strategy).unwrap();
         assert!(!text.contains("containerd"), "{text}");
     }
+
+    #[test]
+    fn every_kind_is_served_at_the_api_version_of_the_wire_names() {
+        use kube::Resource;
+
+        use crate::api::extension::ShimExtension;
+        use crate::api::lease::ShimLease;
+        use crate::api::names::{API_VERSION, GROUP, VERSION};
+
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+        assert_eq!(Shim::api_version(&()), API_VERSION);
+        assert_eq!(ShimLease::api_version(&()), API_VERSION);
+        assert_eq!(ShimExtension::api_version(&()), API_VERSION);
+    }
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::target::{Inputs, NodePlan, wanted_from_cluster};
-use crate::api::names::{GROUP, STATE_ANNOTATION, node_label};
+use crate::api::names::{GROUP, STATE_ANNOTATION, node_label, reason};
 use crate::reconciler::memory::FailureNote;
 use crate::state::ShimState;
 
@@ -129,7 +129,7 @@ pub fn states_wanted(
     }
     for name in &plan.conflicts {
         let note = (
-            "StaticShimWins",
+            reason::STATIC_SHIM_WINS,
             format!("a static Shim {name:?} in shims.d runs on this node instead of the cluster's"),
         );
         states.put(name, NodePhase::Conflict, None, Some(note), None);
@@ -143,7 +143,7 @@ pub fn states_wanted(
         match (plan.blocked.get(name), failures.get(name)) {
             (Some(pods), _) => {
                 let note = (
-                    "PodsUseRuntimeClass",
+                    reason::PODS_USE_RUNTIME_CLASS,
                     format!("pods still use it: {}", pods.join(", ")),
                 );
                 states.put(name, NodePhase::Blocked, digest, Some(note), None);
@@ -222,7 +222,7 @@ fn add_retained(out: &mut NodeStates, inputs: &Inputs<'_>, previous: &NodeStates
         let entry = out.entry(r.name.clone()).or_insert_with(|| ShimNodeState {
             phase: NodePhase::Retained,
             digest: None,
-            reason: Some("TasksRunThroughIt".into()),
+            reason: Some(reason::TASKS_RUN_THROUGH_IT.into()),
             message: Some("a removed version is kept while containerd tasks run through it".into()),
             generation: None,
             version: None,

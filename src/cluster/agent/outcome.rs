@@ -8,6 +8,7 @@ use kube::runtime::events::EventType;
 
 use super::Agent;
 use crate::api::Shim;
+use crate::api::names::event;
 use crate::cluster::target::NodePlan;
 use crate::reconciler::crash::SetAside;
 use crate::reconciler::judge::Verdict;
@@ -26,12 +27,12 @@ pub fn event_reason(
     wanted: bool,
 ) -> &'static str {
     match (kind, was_installed, wanted) {
-        (TxnReason::DriftUnrepairable, ..) => "DriftUnrepairable",
-        (_, _, false) => "UninstallFailed",
+        (TxnReason::DriftUnrepairable, ..) => event::DRIFT_UNREPAIRABLE,
+        (_, _, false) => event::UNINSTALL_FAILED,
         (TxnReason::CheckFailed | TxnReason::NodeCannotRunPods, ..) => reason,
-        (TxnReason::RolledBack, ..) => "RolledBack",
-        (_, true, true) => "UpgradeFailed",
-        (_, false, true) => "InstallFailed",
+        (TxnReason::RolledBack, ..) => event::ROLLED_BACK,
+        (_, true, true) => event::UPGRADE_FAILED,
+        (_, false, true) => event::INSTALL_FAILED,
     }
 }
 
@@ -55,9 +56,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         for name in &report.installed {
             let upgraded = before.shims.contains_key(name);
             let (reason, verb) = if upgraded {
-                ("Upgraded", "upgraded")
+                (event::UPGRADED, "upgraded")
             } else {
-                ("Installed", "installed")
+                (event::INSTALLED, "installed")
             };
             let digest = report_digest(before, name);
             let note = format!(
@@ -70,7 +71,14 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         for name in &report.removed {
             let note = format!("{name} uninstalled from node {}", self.node_name);
             tracing::info!(shim = %name, node = %self.node_name, "{note}");
-            self.emit(cluster, name, node, EventType::Normal, "Uninstalled", note);
+            self.emit(
+                cluster,
+                name,
+                node,
+                EventType::Normal,
+                event::UNINSTALLED,
+                note,
+            );
         }
     }
 
@@ -151,7 +159,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                 &name,
                 node,
                 EventType::Warning,
-                "UninstallBlocked",
+                event::UNINSTALL_BLOCKED,
                 note,
             );
         }
@@ -167,7 +175,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
                     name,
                     node,
                     EventType::Warning,
-                    "StaticShimWins",
+                    event::STATIC_SHIM_WINS,
                     note,
                 );
             }

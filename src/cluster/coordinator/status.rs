@@ -122,7 +122,7 @@ fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
                 t.counts.failed += 1;
                 t.failures.push((
                     &n.name,
-                    s.reason.as_deref().unwrap_or("Failed"),
+                    s.reason.as_deref().unwrap_or(reason::FAILED),
                     s.message.as_deref().unwrap_or(""),
                 ));
             }
@@ -151,7 +151,7 @@ fn ready(
         cond_false(
             condition::READY,
             "Info",
-            "Deleting",
+            reason::DELETING,
             "the Shim is being removed from its nodes".into(),
         )
     } else if let Some((reason, msg)) = rc_problem {
@@ -160,20 +160,29 @@ fn ready(
         cond_false(
             condition::READY,
             "Warning",
-            "NoTargetedNodes",
+            reason::NO_TARGETED_NODES,
             "spec.nodeSelector matches no node (without a selector: every node that is not a control plane)".into(),
         )
     } else if counts.installed == counts.targeted && counts.failed == 0 {
-        cond_true(condition::READY, "AllNodesReady", progress.to_string())
+        cond_true(
+            condition::READY,
+            reason::ALL_NODES_READY,
+            progress.to_string(),
+        )
     } else if counts.failed > 0 {
         cond_false(
             condition::READY,
             "Error",
-            "NodesFailed",
+            reason::NODES_FAILED,
             progress.to_string(),
         )
     } else {
-        cond_false(condition::READY, "Info", "RollingOut", progress.to_string())
+        cond_false(
+            condition::READY,
+            "Info",
+            reason::ROLLING_OUT,
+            progress.to_string(),
+        )
     }
 }
 
@@ -185,7 +194,7 @@ fn progressing(t: &Tally<'_>, deleting: bool, progress: &str) -> Condition {
         return cond_false(
             condition::PROGRESSING,
             "Info",
-            "Complete",
+            reason::COMPLETE,
             progress.to_string(),
         );
     }
@@ -197,7 +206,7 @@ fn progressing(t: &Tally<'_>, deleting: bool, progress: &str) -> Condition {
             list(&t.blocked)
         )
     };
-    cond_true(condition::PROGRESSING, "RollingOut", msg)
+    cond_true(condition::PROGRESSING, reason::ROLLING_OUT, msg)
 }
 
 /// `Degraded`: some node failed at the current generation (the first few named).
@@ -206,7 +215,7 @@ fn degraded(failures: &[(&str, &str, &str)]) -> Condition {
         return cond_false(
             condition::DEGRADED,
             "Info",
-            "NoFailures",
+            reason::NO_FAILURES,
             "no node failed".into(),
         );
     };
@@ -267,7 +276,7 @@ pub fn with_rollout(
     let mut c = if halted {
         let mut c = cond_true(
             condition::ROLLOUT_HALTED,
-            "TooManyFailures",
+            reason::TOO_MANY_FAILURES,
             format!(
                 "{} failed node(s) exceed maxFailures {} ({}); no node takes a new slot; a new generation or the annotation {RESUME_ANNOTATION} resumes",
                 failed.len(),
@@ -281,7 +290,7 @@ pub fn with_rollout(
         cond_false(
             condition::ROLLOUT_HALTED,
             "Info",
-            "WithinFailureBudget",
+            reason::WITHIN_FAILURE_BUDGET,
             format!(
                 "{} failed node(s), maxFailures {}",
                 failed.len(),
@@ -372,7 +381,7 @@ pub fn with_hold(
             cond(
                 condition::ROLLOUT_DEFERRED,
                 "True",
-                "ExtensionDeferred",
+                reason::EXTENSION_DEFERRED,
                 format!("a BeforeRollout extension defers the rollout: {m}"),
             ),
         ),
@@ -396,7 +405,7 @@ pub fn with_hold(
                 cond(
                     condition::ROLLOUT_DEFERRED,
                     "False",
-                    "NotDeferred",
+                    reason::NOT_DEFERRED,
                     "no extension defers the rollout".into(),
                 ),
             )
