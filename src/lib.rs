@@ -42,6 +42,7 @@ pub mod reconciler;
 pub mod retry;
 pub mod service;
 pub mod settings;
+pub mod signature;
 pub mod state;
 pub mod statics;
 pub mod telemetry;

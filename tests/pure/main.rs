@@ -52,6 +52,7 @@ mod reference_docs;
 mod runtime_check;
 mod runtime_class;
 mod shape;
+mod signature;
 mod txn_blame;
 mod txn_gate;
 mod untrusted_text;

@@ -1,0 +1,316 @@
+//! Sigstore parts made in the test, nothing from the network: a private CA playing Fulcio
+//! (a root and an intermediate; leaves with the signer's identity in the subject alternative
+//! name, Fulcio's issuer extension, the code-signing key usage, a ten-minute validity), a
+//! log playing Rekor (its key signs entries' timestamps, as Rekor's SET), and the files
+//! publishers ship: `.sig`/`.pem`, cosign bundles, Sigstore bundles, a trusted root.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use rcgen::{
+    BasicConstraints, CertificateParams, CustomExtension, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType, SigningKey,
+};
+use sha2::{Digest, Sha256};
+use shim_agent::signature::{LogEntry, canonical_payload, key_id};
+
+/// The GitHub Actions issuer runwasi's certificates carry.
+pub const GITHUB_ISSUER: &str = "https://token.actions.githubusercontent.com";
+/// runwasi's release identity.
+pub const RUNWASI_IDENTITY: &str =
+    "https://github.com/containerd/runwasi/.github/workflows/action-build.yml@refs/heads/main";
+
+/// 2026-01-01T00:00:00Z: when the tests' signatures are made.
+pub const SIGNED_AT: i64 = 1_767_225_600;
+
+fn time(t: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(t).expect("a time")
+}
+
+/// A certificate authority: a root and an intermediate, valid 2020 to 2040.
+pub struct Fulcio {
+    pub root_der: Vec<u8>,
+    pub intermediate_der: Vec<u8>,
+    intermediate: CertificateParams,
+    intermediate_key: KeyPair,
+}
+
+fn ca_params(cn: &str) -> CertificateParams {
+    let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+    p.not_before = time(1_577_836_800);
+    p.not_after = time(2_208_988_800);
+    p
+}
+
+/// A leaf's options.
+pub struct Leaf<'a> {
+    pub identity: &'a str,
+    pub issuer: &'a str,
+    pub not_before: i64,
+    pub not_after: i64,
+    pub code_signing: bool,
+    /// An email identity instead of a URI.
+    pub email: bool,
+}
+
+impl<'a> Leaf<'a> {
+    /// runwasi's identity and issuer, valid ten minutes around [`SIGNED_AT`].
+    pub fn runwasi() -> Leaf<'static> {
+        Leaf::of(RUNWASI_IDENTITY, GITHUB_ISSUER)
+    }
+
+    pub fn of(identity: &'a str, issuer: &'a str) -> Leaf<'a> {
+        Leaf {
+            identity,
+            issuer,
+            not_before: SIGNED_AT - 60,
+            not_after: SIGNED_AT + 540,
+            code_signing: true,
+            email: false,
+        }
+    }
+}
+
+/// A signer: its key and its certificate.
+pub struct Signer {
+    pub key: KeyPair,
+    pub cert_der: Vec<u8>,
+}
+
+impl Signer {
+    /// Its ECDSA P-256 signature over `data` (ASN.1 DER, as cosign makes it).
+    pub fn sign(&self, data: &[u8]) -> Vec<u8> {
+        self.key.sign(data).expect("sign")
+    }
+}
+
+impl Fulcio {
+    pub fn new(name: &str) -> Fulcio {
+        let root_key = KeyPair::generate().expect("key");
+        let root = ca_params(&format!("{name} root"));
+        let root_der = root.self_signed(&root_key).expect("root").der().to_vec();
+        let intermediate_key = KeyPair::generate().expect("key");
+        let intermediate = ca_params(&format!("{name} intermediate"));
+        let issuer = Issuer::from_params(&root, &root_key);
+        let intermediate_der = intermediate
+            .signed_by(&intermediate_key, &issuer)
+            .expect("intermediate")
+            .der()
+            .to_vec();
+        Fulcio {
+            root_der,
+            intermediate_der,
+            intermediate,
+            intermediate_key,
+        }
+    }
+
+    /// A signing certificate for `leaf`, with a fresh key.
+    pub fn signer(&self, leaf: &Leaf<'_>) -> Signer {
+        let key = KeyPair::generate().expect("key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
+        let name = leaf.identity.to_string().try_into().expect("ia5");
+        p.subject_alt_names = vec![if leaf.email {
+            SanType::Rfc822Name(name)
+        } else {
+            SanType::URI(name)
+        }];
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = if leaf.code_signing {
+            vec![ExtendedKeyUsagePurpose::CodeSigning]
+        } else {
+            vec![ExtendedKeyUsagePurpose::ServerAuth]
+        };
+        p.not_before = time(leaf.not_before);
+        p.not_after = time(leaf.not_after);
+        // Fulcio's issuer (v2): a DER UTF8String
+        let mut utf8 = vec![0x0c, u8::try_from(leaf.issuer.len()).expect("short issuer")];
+        utf8.extend_from_slice(leaf.issuer.as_bytes());
+        p.custom_extensions = vec![
+            CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 57264, 1, 8], utf8),
+            CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 57264, 1, 1],
+                leaf.issuer.as_bytes().to_vec(),
+            ),
+        ];
+        let issuer = Issuer::from_params(&self.intermediate, &self.intermediate_key);
+        let cert_der = p.signed_by(&key, &issuer).expect("leaf").der().to_vec();
+        Signer { key, cert_der }
+    }
+
+    /// The chain a trusted root lists: intermediate first, root last.
+    pub fn chain(&self) -> Vec<Vec<u8>> {
+        vec![self.intermediate_der.clone(), self.root_der.clone()]
+    }
+}
+
+/// A transparency log: its key signs entries' timestamps.
+pub struct Rekor {
+    key: KeyPair,
+}
+
+impl Default for Rekor {
+    fn default() -> Self {
+        Rekor::new()
+    }
+}
+
+impl Rekor {
+    pub fn new() -> Rekor {
+        Rekor {
+            key: KeyPair::generate().expect("key"),
+        }
+    }
+
+    pub fn spki(&self) -> Vec<u8> {
+        rcgen::PublicKeyData::subject_public_key_info(&self.key)
+    }
+
+    pub fn log_id(&self) -> Vec<u8> {
+        key_id(&self.spki())
+    }
+
+    /// An entry for `sig` over `file` by the signer whose certificate (or key) is `signer_der`
+    /// (`pem_tag`: CERTIFICATE or PUBLIC KEY), integrated at `at`, with its signed timestamp.
+    pub fn entry(
+        &self,
+        file: &[u8],
+        sig: &[u8],
+        signer_der: &[u8],
+        pem_tag: &str,
+        at: i64,
+    ) -> LogEntry {
+        let body = hashedrekord(file, sig, signer_der, pem_tag);
+        let mut e = LogEntry {
+            log_id: self.log_id(),
+            log_index: 4242,
+            integrated_time: at,
+            body: body.into_bytes(),
+            set: vec![],
+        };
+        e.set = self.key.sign(&canonical_payload(&e)).expect("sign");
+        e
+    }
+}
+
+/// Rekor's `hashedrekord` 0.0.1 body for a signature.
+pub fn hashedrekord(file: &[u8], sig: &[u8], signer_der: &[u8], pem_tag: &str) -> String {
+    let pem = pem_of(pem_tag, signer_der);
+    serde_json::json!({
+        "apiVersion": "0.0.1",
+        "kind": "hashedrekord",
+        "spec": {
+            "data": {"hash": {"algorithm": "sha256", "value": hex::encode(Sha256::digest(file))}},
+            "signature": {
+                "content": STANDARD.encode(sig),
+                "publicKey": {"content": STANDARD.encode(pem)}
+            }
+        }
+    })
+    .to_string()
+}
+
+/// PEM text of DER.
+pub fn pem_of(tag: &str, der: &[u8]) -> String {
+    let b64 = STANDARD.encode(der);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).expect("ascii"))
+        .collect();
+    format!(
+        "-----BEGIN {tag}-----\n{}\n-----END {tag}-----\n",
+        lines.join("\n")
+    )
+}
+
+/// A trusted root naming these authorities and logs, trusted from 2020 on.
+pub fn trusted_root(cas: &[&Fulcio], logs: &[&Rekor]) -> String {
+    let start = "2020-01-01T00:00:00Z";
+    serde_json::json!({
+        "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+        "tlogs": logs.iter().map(|l| serde_json::json!({
+            "baseUrl": "https://rekor.test",
+            "hashAlgorithm": "SHA2_256",
+            "publicKey": {"rawBytes": STANDARD.encode(l.spki()), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": start}},
+            "logId": {"keyId": STANDARD.encode(l.log_id())}
+        })).collect::<Vec<_>>(),
+        "certificateAuthorities": cas.iter().map(|c| serde_json::json!({
+            "uri": "https://fulcio.test",
+            "certChain": {"certificates": c.chain().iter().map(|d| serde_json::json!({"rawBytes": STANDARD.encode(d)})).collect::<Vec<_>>()},
+            "validFor": {"start": start}
+        })).collect::<Vec<_>>(),
+        "ctlogs": [],
+        "timestampAuthorities": []
+    })
+    .to_string()
+}
+
+/// A `.sig` as `cosign sign-blob --output-signature` writes it.
+pub fn dot_sig(sig: &[u8]) -> String {
+    STANDARD.encode(sig)
+}
+
+/// A `.pem` as `cosign sign-blob --output-certificate` writes it: base64 of the PEM.
+pub fn dot_pem(cert_der: &[u8]) -> String {
+    STANDARD.encode(pem_of("CERTIFICATE", cert_der))
+}
+
+/// A cosign 2.x bundle (`cosign sign-blob --bundle`).
+pub fn cosign_bundle(sig: &[u8], cert_der: Option<&[u8]>, entry: Option<&LogEntry>) -> String {
+    let mut b = serde_json::json!({"base64Signature": STANDARD.encode(sig)});
+    if let Some(c) = cert_der {
+        b["cert"] = STANDARD.encode(pem_of("CERTIFICATE", c)).into();
+    }
+    if let Some(e) = entry {
+        b["rekorBundle"] = serde_json::json!({
+            "SignedEntryTimestamp": STANDARD.encode(&e.set),
+            "Payload": {
+                "body": STANDARD.encode(&e.body),
+                "integratedTime": e.integrated_time,
+                "logIndex": e.log_index,
+                "logID": hex::encode(&e.log_id)
+            }
+        });
+    }
+    b.to_string()
+}
+
+/// A Sigstore bundle of `media_type`, signing `file` with `sig`.
+pub fn sigstore_bundle(
+    media_type: &str,
+    file: &[u8],
+    sig: &[u8],
+    cert_der: &[u8],
+    entry: Option<&LogEntry>,
+) -> String {
+    let cert = serde_json::json!({"rawBytes": STANDARD.encode(cert_der)});
+    let mut vm = if media_type.ends_with("0.1") {
+        serde_json::json!({"x509CertificateChain": {"certificates": [cert]}})
+    } else {
+        serde_json::json!({"certificate": cert})
+    };
+    vm["tlogEntries"] = match entry {
+        Some(e) => serde_json::json!([{
+            "logIndex": e.log_index.to_string(),
+            "logId": {"keyId": STANDARD.encode(&e.log_id)},
+            "kindVersion": {"kind": "hashedrekord", "version": "0.0.1"},
+            "integratedTime": e.integrated_time.to_string(),
+            "inclusionPromise": {"signedEntryTimestamp": STANDARD.encode(&e.set)},
+            "canonicalizedBody": STANDARD.encode(&e.body)
+        }]),
+        None => serde_json::json!([]),
+    };
+    serde_json::json!({
+        "mediaType": media_type,
+        "verificationMaterial": vm,
+        "messageSignature": {
+            "messageDigest": {"algorithm": "SHA2_256", "digest": STANDARD.encode(Sha256::digest(file))},
+            "signature": STANDARD.encode(sig)
+        }
+    })
+    .to_string()
+}
