@@ -1,18 +1,24 @@
-//! The coordinator's plan for a Shim's slot Leases (docs/design.md §5), pure: which to
-//! create, close, open, free, retire, stamp and reserve, from the slots as read; which writes
-//! go first ([`narrows`]); when a slot is stamped again for a changed fleet ([`retarget`]);
-//! which Leases an earlier Shim of the name left ([`orphan_slots`]). The writes
-//! themselves are [`super::slot_writes`]; what a slot is, and how a node claims one, is the
-//! shared protocol in [`crate::cluster::slots`].
+//! The coordinator's rules of the rollout protocol (docs/design.md §5), pure: where a Shim's
+//! rollout stands ([`rollout_of`]: its limits, its halt, the nodes waiting for a slot,
+//! [`waiters`]); which slot Leases to create, close, open, free, retire, stamp and reserve,
+//! from the slots as read ([`plan_slots`]); which writes go first ([`narrows`]); when a slot is
+//! stamped again for a changed fleet ([`retarget`]); which Leases an earlier Shim of the name
+//! left ([`orphan_slots`]). Who is reserved which slot is [`crate::cluster::reservations`],
+//! shared with the agent; the writes themselves are [`super::slot_writes`]; what a slot is, and
+//! how a node claims one, is the shared protocol in [`crate::cluster::slots`].
 
 use std::collections::BTreeSet;
 
 use kube::ResourceExt;
+use tokio::time::Instant;
 
+use super::status::NodeView;
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
-use crate::cluster::reservations::few_rivals;
-use crate::cluster::slots::{Closed, Limits, Slot};
+use crate::cluster::nodestate::NodePhase;
+use crate::cluster::reservations::{Reservations, Waiter, few_rivals, slots_have_few_rivals};
+use crate::cluster::slots::{Closed, Limits, Slot, halted, limits, resume_token};
+use crate::cluster::target::targets;
 
 /// One write the coordinator makes to a slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,6 +248,86 @@ pub fn orphan_slots<'l>(
         })
         .filter(|l| !l.owner_references().iter().any(|o| o.kind == "Shim"))
         .collect()
+}
+
+/// Where a Shim's rollout stands, as [`rollout_of`] decides it: its limits, halt, slots, the
+/// nodes waiting for one, and the Leases an earlier Shim of its name left.
+pub struct Rollout {
+    pub limits: Limits,
+    /// The nodes the Shim selects.
+    pub targeted: u32,
+    pub halted: bool,
+    pub slots: Vec<(Slot, ShimLease)>,
+    /// The nodes waiting for a slot, and the slots whose reservation ran out.
+    pub waiting: Vec<Waiter>,
+    pub expired: BTreeSet<u32>,
+    /// Leases left by an earlier Shim of this name ([`orphan_slots`]).
+    pub orphans: Vec<ShimLease>,
+}
+
+/// The nodes waiting for a slot of `shim`: a change of it under way by their state (an
+/// install or upgrade it still targets, an uninstall), and no slot held too recently.
+pub fn waiters(shim: &Shim, nodes: &[NodeView], memory: &Reservations) -> Vec<Waiter> {
+    let name = shim.name_any();
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let st = n.states.get(&name)?;
+            let changing = match st.phase {
+                NodePhase::Installing | NodePhase::Upgrading => targets(shim, &n.labels),
+                NodePhase::Uninstalling => true,
+                _ => false,
+            };
+            (changing && !memory.held_recently(&n.name)).then(|| Waiter {
+                node: n.name.clone(),
+                since: st.since.clone(),
+                passed_over: memory.passed_over(&n.name),
+            })
+        })
+        .collect()
+}
+
+/// The rollout of `shim` now, from the Nodes, its slots with their Leases, and every slot
+/// Lease (`all`, for those an earlier Shim of the name left); `memory` notes its slots and
+/// passes over the nodes whose reservation ran out. With few rivals nobody waits: the nodes
+/// take free slots at once, reserved for nobody.
+pub fn rollout_of<'l>(
+    shim: &Shim,
+    nodes: &[NodeView],
+    slots: Vec<(Slot, ShimLease)>,
+    all: impl IntoIterator<Item = &'l ShimLease>,
+    memory: &mut Reservations,
+    now: Instant,
+) -> Rollout {
+    let targeted = nodes.iter().filter(|n| targets(shim, &n.labels)).count() as u32;
+    let limits = limits(shim, targeted);
+    let plain: Vec<Slot> = slots.iter().map(|(s, _)| s.clone()).collect();
+    let halted = halted(
+        &plain,
+        limits,
+        shim.metadata.generation.unwrap_or_default(),
+        &resume_token(shim),
+    );
+    memory.observe(&plain, now);
+    let expired = memory.expired(now);
+    memory.pass_over(&plain, &expired);
+    // few rivals: the nodes take free slots at once, reserved for nobody
+    let few = slots_have_few_rivals(slots.iter().map(|(_, l)| l));
+    let waiting = if few {
+        Vec::new()
+    } else {
+        waiters(shim, nodes, memory)
+    };
+    let orphans = orphan_slots(shim, all).into_iter().cloned().collect();
+    Rollout {
+        limits,
+        targeted,
+        halted,
+        slots,
+        waiting,
+        expired,
+        orphans,
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cluster::nodestate::NodePhase;
 use crate::cluster::slots::halted;
 use crate::cluster::slots::tests::{failed, slot};
 
@@ -322,4 +323,85 @@ mod writes {
             .collect();
         assert_eq!(orphans, vec![slot_name("s", 2)]);
     }
+}
+
+/// A Node labelled `labels` whose state shows the Shim `s` in `phase` since `since`.
+fn node(name: &str, labels: &[(&str, &str)], phase: NodePhase, since: &str) -> NodeView {
+    let state = crate::cluster::nodestate::ShimNodeState {
+        phase,
+        digest: None,
+        reason: None,
+        message: None,
+        generation: None,
+        version: None,
+        insecure_source: None,
+        since: since.into(),
+        retained: Vec::new(),
+    };
+    NodeView {
+        name: name.into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        states: [("s".to_string(), state)].into(),
+    }
+}
+
+#[test]
+fn the_nodes_waiting_for_a_slot_change_the_shim_and_held_none_just_now() {
+    let shim = crate::cluster::slots::tests::shim("");
+    let plane = [(crate::api::names::CONTROL_PLANE_LABEL, "")];
+    let nodes = [
+        node("installing", &[], NodePhase::Installing, "t1"),
+        node("upgrading", &[], NodePhase::Upgrading, "t2"),
+        // no longer targeted: its install is not a change the Shim wants
+        node("untargeted", &plane, NodePhase::Installing, "t3"),
+        // an uninstall waits wherever it runs
+        node("leaving", &plane, NodePhase::Uninstalling, "t4"),
+        node("installed", &[], NodePhase::Installed, "t5"),
+        node("failed", &[], NodePhase::Failed, "t6"),
+        // held a slot a moment ago: still shows its old phase
+        node("just-done", &[], NodePhase::Installing, "t7"),
+    ];
+    let mut memory = Reservations::default();
+    memory.observe(&[slot(0, Some("just-done"))], Instant::now());
+    let waiting: Vec<(String, String)> = waiters(&shim, &nodes, &memory)
+        .into_iter()
+        .map(|w| (w.node, w.since))
+        .collect();
+    let names: Vec<(&str, &str)> = waiting
+        .iter()
+        .map(|(n, s)| (n.as_str(), s.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("installing", "t1"), ("upgrading", "t2"), ("leaving", "t4")]
+    );
+}
+
+#[test]
+fn a_rollout_with_few_rivals_keeps_nobody_waiting_and_one_with_many_does() {
+    let shim = crate::cluster::slots::tests::shim("");
+    let nodes: Vec<NodeView> = (0..4)
+        .map(|i| node(&format!("n{i}"), &[], NodePhase::Installing, "t"))
+        .collect();
+    let now = Instant::now();
+    // stamped when the Shim targeted `targeted` nodes, on its one slot
+    let rollout = |targeted: u32| {
+        let lease = crate::cluster::lease_edits::create(&shim, 0, None, Some(1), targeted);
+        let slots = vec![(slot(0, Some("n0")), lease)];
+        let mut memory = Reservations::default();
+        rollout_of(&shim, &nodes, slots, [], &mut memory, now)
+    };
+    let few = rollout(2);
+    assert_eq!(few.targeted, 4);
+    assert_eq!(few.limits.slots, Some(1));
+    assert!(!few.halted);
+    assert!(few.waiting.is_empty(), "few rivals: nodes take free slots");
+    let many = rollout(4);
+    // n0 holds the slot; the others wait for it
+    let waiting: Vec<String> = many.waiting.into_iter().map(|w| w.node).collect();
+    assert_eq!(waiting, ["n1", "n2", "n3"]);
+    assert!(many.expired.is_empty() && many.orphans.is_empty());
 }

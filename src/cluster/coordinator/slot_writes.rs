@@ -1,5 +1,6 @@
-//! The coordinator's side of the rollout (docs/design.md §5, §6): each Shim's slot Leases kept
-//! as [`plan_slots`] says, and the rollout part of its status.
+//! The coordinator's rollout I/O (docs/design.md §5, §6): each Shim's slots read from the
+//! cache, its slot Leases kept as [`plan_slots`] says, and the rollout part of its status. The
+//! rules (where a rollout stands, who waits, what to write) are pure, in `slot_plan.rs`.
 //!
 //! Every write is guarded by the resourceVersion the coordinator's watch last saw; a 409 or
 //! a 404 means someone moved first, and the next round (on the next watch event) plans again
@@ -15,21 +16,16 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
 use super::CoordinatorError;
-use super::slot_plan::{SlotAction, narrows, orphan_slots, plan_slots, plan_stamps, retarget};
+pub use super::slot_plan::Rollout;
+use super::slot_plan::{SlotAction, narrows, plan_slots, plan_stamps, retarget, rollout_of};
 use super::status::{NodeView, with_rollout};
 use super::written::Written;
 use crate::api::lease::ShimLease;
 use crate::api::names::NAMESPACE;
 use crate::api::{Shim, ShimStatus};
 use crate::cluster::lease_edits;
-use crate::cluster::nodestate::NodePhase;
-use crate::cluster::reservations::{
-    Reservations, Waiter, plan_reservations, slots_have_few_rivals,
-};
-use crate::cluster::slots::{
-    Limits, Slot, halted, limits, owned_by_node, resume_token, slot_index, slot_name, slot_of,
-};
-use crate::cluster::target::targets;
+use crate::cluster::reservations::{Reservations, plan_reservations};
+use crate::cluster::slots::{Slot, owned_by_node, slot_index, slot_name, slot_of};
 
 /// The slots of `shim` the coordinator sees, with their Leases.
 pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)> {
@@ -40,44 +36,9 @@ pub fn slots_of(shim: &Shim, leases: &Store<ShimLease>) -> Vec<(Slot, ShimLease)
         .collect()
 }
 
-/// Where a Shim's rollout stands.
-pub struct Rollout {
-    pub limits: Limits,
-    /// The nodes the Shim selects.
-    pub targeted: u32,
-    pub halted: bool,
-    pub slots: Vec<(Slot, ShimLease)>,
-    /// The nodes waiting for a slot, and the slots whose reservation ran out.
-    pub waiting: Vec<Waiter>,
-    pub expired: BTreeSet<u32>,
-    /// Leases left by an earlier Shim of this name ([`orphan_slots`]).
-    pub orphans: Vec<ShimLease>,
-}
-
-/// The nodes waiting for a slot of `shim`: a change of it under way by their state (an
-/// install or upgrade it still targets, an uninstall), and no slot held too recently.
-fn waiters(shim: &Shim, nodes: &[NodeView], memory: &Reservations) -> Vec<Waiter> {
-    let name = shim.name_any();
-    nodes
-        .iter()
-        .filter_map(|n| {
-            let st = n.states.get(&name)?;
-            let changing = match st.phase {
-                NodePhase::Installing | NodePhase::Upgrading => targets(shim, &n.labels),
-                NodePhase::Uninstalling => true,
-                _ => false,
-            };
-            (changing && !memory.held_recently(&n.name)).then(|| Waiter {
-                node: n.name.clone(),
-                since: st.since.clone(),
-                passed_over: memory.passed_over(&n.name),
-            })
-        })
-        .collect()
-}
-
 impl Rollout {
-    /// The rollout of `shim` now; `memory` notes its slots and passes over the nodes whose
+    /// The rollout of `shim` now, from the slot Leases the coordinator's cache holds
+    /// ([`rollout_of`] decides); `memory` notes its slots and passes over the nodes whose
     /// reservation ran out.
     pub fn of(
         shim: &Shim,
@@ -86,40 +47,9 @@ impl Rollout {
         memory: &mut Reservations,
         now: Instant,
     ) -> Rollout {
-        let targeted = nodes.iter().filter(|n| targets(shim, &n.labels)).count() as u32;
-        let limits = limits(shim, targeted);
         let slots = slots_of(shim, leases);
-        let plain: Vec<Slot> = slots.iter().map(|(s, _)| s.clone()).collect();
-        let halted = halted(
-            &plain,
-            limits,
-            shim.metadata.generation.unwrap_or_default(),
-            &resume_token(shim),
-        );
-        memory.observe(&plain, now);
-        let expired = memory.expired(now);
-        memory.pass_over(&plain, &expired);
-        // few rivals: the nodes take free slots at once, reserved for nobody
-        let few = slots_have_few_rivals(slots.iter().map(|(_, l)| l));
-        let waiting = if few {
-            Vec::new()
-        } else {
-            waiters(shim, nodes, memory)
-        };
         let all = leases.state();
-        let orphans = orphan_slots(shim, all.iter().map(|l| &**l))
-            .into_iter()
-            .cloned()
-            .collect();
-        Rollout {
-            limits,
-            targeted,
-            halted,
-            slots,
-            waiting,
-            expired,
-            orphans,
-        }
+        rollout_of(shim, nodes, slots, all.iter().map(|l| &**l), memory, now)
     }
 
     /// `status` with this rollout's part.

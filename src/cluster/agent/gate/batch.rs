@@ -17,7 +17,8 @@
 use futures_util::future::join_all;
 use kube::ResourceExt;
 
-use super::SlotGate;
+use super::decide;
+use super::slot_gate::{SlotGate, api_failed, slots_listed_from_cache};
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
 use crate::cluster::lease_edits;
@@ -52,10 +53,10 @@ impl<'a> SlotGate<'a> {
     /// taken, in order (the others taken are given back).
     pub(super) async fn try_all(&self, needs: &[&'a Shim]) -> Result<Vec<ShimLease>, GateError> {
         let names: Vec<String> = needs.iter().map(|s| s.name_any()).collect();
-        let lp = super::slots_listed_from_cache()
+        let lp = slots_listed_from_cache()
             .labels(&format!("{SLOT_SHIM_LABEL} in ({})", names.join(",")));
         let list = self.api.list(&lp).await.map_err(|e| {
-            super::api_failed(
+            api_failed(
                 &e,
                 format!("cannot list the slots of {}: {e}", names.join(", ")),
             )
@@ -116,7 +117,7 @@ impl<'a> SlotGate<'a> {
     async fn try_one(&self, shim: &Shim, leases: &[ShimLease]) -> Option<ShimLease> {
         let name = shim.name_any();
         let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
-        let tries = match super::decide::after_list(&self.me, &self.my_uid, &name, &slots).claim {
+        let tries = match decide::after_list(&self.me, &self.my_uid, &name, &slots).claim {
             Claim::Adopt(i) => vec![i],
             Claim::Take(tries) => tries,
             Claim::Wait => return None,

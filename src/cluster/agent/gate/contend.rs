@@ -26,12 +26,12 @@ use futures_util::StreamExt;
 use kube::ResourceExt;
 use kube::api::{WatchEvent, WatchParams};
 
-use super::SlotGate;
 use super::claim::{RETRY_WATCH, Seen, Waited};
-use super::decide::{Watched, on_watched};
+use super::decide::{self, Watched, on_watched};
+use super::slot_gate::{SlotGate, api_failed, slots_listed_from_cache};
 use crate::api::Shim;
-use crate::api::lease::SLOT_RESERVED_LABEL;
-use crate::cluster::slots::{SLOT_SHIM_LABEL, claim_delay, slot_of};
+use crate::api::lease::{SLOT_RESERVED_LABEL, ShimLease};
+use crate::cluster::slots::{Claim, SLOT_SHIM_LABEL, claim_delay, slot_of};
 use crate::txn::error::GateError;
 
 /// The pause before a node lists again after its watch ended early: the first time, and the
@@ -58,6 +58,67 @@ fn relist_after(relist: Duration, node_uid: &str, shim: &str, listed: &str) -> D
 }
 
 impl SlotGate<'_> {
+    /// A slot of `shim`: one list, a take at once where the rules allow one, else a wait
+    /// ([`SlotGate::contend`]), and again until a slot is taken (or the wait is interrupted).
+    pub(super) async fn acquire_one(&self, shim: &Shim) -> Result<ShimLease, GateError> {
+        let name = shim.name_any();
+        let lp = slots_listed_from_cache().labels(&format!("{SLOT_SHIM_LABEL}={name}"));
+        // the watches in a row that ended early
+        let mut ended = 0;
+        loop {
+            if self.shutting_down() {
+                return Err(GateError::ShuttingDown);
+            }
+            if self.is_superseded() {
+                return Err(GateError::Superseded);
+            }
+            let list = self
+                .api
+                .list(&lp)
+                .await
+                .map_err(|e| api_failed(&e, format!("cannot list the slots of {name}: {e}")))?;
+            let rv = list.metadata.resource_version.clone().unwrap_or_default();
+            let leases: Vec<ShimLease> = list.items;
+            let slots: Vec<_> = leases.iter().filter_map(|l| slot_of(shim, l)).collect();
+            let listed = decide::after_list(&self.me, &self.my_uid, &name, &slots);
+            let at_once = match listed.claim {
+                Claim::Adopt(i) => {
+                    tracing::info!(shim = %name, slot = i, "adopting the slot this node holds");
+                    vec![i]
+                }
+                // reserved for this node, or few rivals: take one now, the next when a
+                // rival was first to one (the watch below brings no slot left as listed)
+                Claim::Take(tries) => tries,
+                Claim::Wait => Vec::new(),
+            };
+            // a rival was first to each, or the list was behind: the watch from the list's
+            // version brings what changed, where a list again could show the same
+            for i in at_once {
+                if let Some(l) = self.take_now(shim, i, &leases).await? {
+                    return Ok(l);
+                }
+            }
+            crate::telemetry::doing(Some(format!("waiting for a slot for {name}")));
+            let seen = Seen {
+                resource_version: &rv,
+                few_rivals: listed.few_rivals,
+                reserved: listed.reserved,
+            };
+            match self.contend(shim, seen).await? {
+                Waited::Took(l) => return Ok(*l),
+                Waited::Relist => ended = 0,
+                Waited::Ended => {
+                    ended += 1;
+                    let pause = pause_after_ended(ended, &self.my_uid, &name, &rv);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.interrupted() => {}
+                    }
+                }
+            }
+        }
+    }
+
     /// Until this node took a slot reserved for it, or it must list the slots again.
     pub(super) async fn contend(&self, shim: &Shim, seen: Seen<'_>) -> Result<Waited, GateError> {
         let name = shim.name_any();

@@ -13,35 +13,16 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
-use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::ResourceExt;
 use kube::api::{WatchEvent, WatchParams};
-use kube::runtime::reflector::Store;
-use tokio::sync::watch;
 
-use super::SlotGate;
 use super::claim::{RETRY_WATCH, Seen, Waited};
 use super::decide::{Watched, on_watched};
+use super::slot_gate::{NodeHints, SlotGate};
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
-use crate::cluster::reservation_hints;
 use crate::cluster::slots::{slot_name, slot_of};
 use crate::txn::error::GateError;
-
-/// This node's Node as its agent's cache holds it, and a count of its changes.
-#[derive(Clone)]
-pub struct NodeHints {
-    pub node: Store<KubeNode>,
-    pub changes: watch::Receiver<u64>,
-}
-
-impl NodeHints {
-    /// The slot of `shim` the Node says is reserved for it.
-    fn slot_of(&self, shim: &str) -> Option<u32> {
-        let node = self.node.state().into_iter().next()?;
-        reservation_hints::of_node(&node).get(shim).copied()
-    }
-}
 
 type Events = BoxStream<'static, kube::Result<WatchEvent<ShimLease>>>;
 

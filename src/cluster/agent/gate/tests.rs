@@ -1,4 +1,4 @@
-use super::*;
+use super::slot_gate::api_failed;
 use crate::cluster::reservations::few_rivals;
 
 #[test]
