@@ -10,11 +10,10 @@ use tokio::time::Instant;
 
 use super::Agent;
 use super::view::RoundView;
-use crate::api::Shim;
 use crate::api::names::{FIELD_MANAGER, STATE_ANNOTATION, node_label};
 use crate::cluster::nodestate::{self, NodeStates};
 use crate::cluster::readiness::{self, STARTUP_TAINT_ANNOTATION, StartupTaint};
-use crate::cluster::target::{self, Inputs, NodePlan};
+use crate::cluster::target::{self, NodePlan};
 use crate::state::{NodeState, Origin, StateStore};
 use crate::txn::{HealthCheck, Restarter};
 
@@ -25,20 +24,10 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         &self,
         store: &StateStore,
         state: &mut NodeState,
-        cluster: &[Shim],
-        statics: &[Shim],
+        view: &RoundView<'_>,
         labels: &BTreeMap<String, String>,
     ) {
-        let inputs = Inputs {
-            node_labels: labels,
-            cluster,
-            statics,
-            statics_ok: true,
-            state,
-            pods: &[],
-            held: &BTreeSet::new(),
-        };
-        let wanted: Vec<String> = target::wanted_from_cluster(&inputs)
+        let wanted: Vec<String> = target::wanted_from_cluster(&view.inputs(labels, state))
             .iter()
             .map(|s| s.name().to_string())
             .collect();

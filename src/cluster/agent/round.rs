@@ -89,7 +89,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             Ok(report) => self.succeeded(report, &before, &read.cluster, &current),
             Err(e) => self.failed(e, verdict, &before, wanted, &read.cluster, &current),
         }
-        self.adopt_into_cluster(store, state, &read.cluster, &read.statics, &labels);
+        self.adopt_into_cluster(store, state, &view, &labels);
         self.report_blocked_and_conflicts(&plan, &read.cluster, &current);
         // the slots go back beside the label patch, not before it: one round trip less on
         // the way to the label (a committed change holds its slots a moment longer)
