@@ -436,3 +436,28 @@ fn the_static_daemon_goes_on_after_a_recovery_that_rolled_back() {
     assert!(st.journal.is_none());
     assert!(!st.shims.contains_key("spin"));
 }
+
+#[test]
+fn a_backup_that_cannot_be_staged_aborts_through_the_state_machine_with_nothing_changed() {
+    let w = world();
+    let f = fake(&w);
+    let g = FakeGate::default();
+    // a file where the journal's backups directory goes: staging the backups fails
+    let state_dir = w.root.resolve(&w.settings.paths.state_dir).unwrap();
+    std::fs::create_dir_all(&state_dir).unwrap();
+    std::fs::write(state_dir.join("backups"), b"not a directory").unwrap();
+    let e = format!(
+        "{:#}",
+        apply(&w, &f, &g, vec![shim(&w, "spin", "1")]).unwrap_err()
+    );
+    assert!(e.contains("cannot create") && e.contains("backups"), "{e}");
+    // the slot was taken before staging; the failure is kept on it, no renewal, no restart
+    let calls = g.calls.borrow();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0], "acquire spin");
+    assert!(calls[1].starts_with("failed: cannot create"), "{calls:?}");
+    assert_eq!(config(&w), w.original);
+    assert_eq!(*f.restarts.borrow(), 0);
+    // the machine's abort closed the journal; no Shim was recorded
+    assert!(state(&w).journal.is_none() && state(&w).shims.is_empty());
+}
