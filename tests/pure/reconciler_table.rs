@@ -2,10 +2,11 @@
 //! as the cluster agent does (tests/kube/reconciler_table.rs): through the real daemon round,
 //! the real transaction engine, and a scripted containerd.
 
+use shim_agent::api::Shim;
 use shim_agent::daemon::reconcile;
-use shim_agent::reconciler::memory::Memory;
+use shim_agent::reconciler::memory::{Memory, spec_key};
 
-use crate::support::failure_table::{Decisions, TABLE};
+use crate::support::failure_table::{TABLE, break_state_dir};
 use crate::support::live::*;
 
 /// Rounds until the node settles (no round asked to follow at once), at most `most`.
@@ -18,30 +19,52 @@ fn the_static_daemon_decides_the_failure_table_as_the_agent_does() {
         let f = row.containerd(fake(&w), "");
         let dir = w.root.resolve("/etc/shim-agent/shims.d").unwrap();
         std::fs::create_dir_all(&dir).unwrap();
-        for b in row.builders(&w, "") {
-            let name = b.clone().build().name().to_string();
-            std::fs::write(dir.join(format!("{name}.yaml")), b.yaml()).unwrap();
+        let shims: Vec<Shim> = row
+            .builders(&w, "")
+            .into_iter()
+            .map(|b| b.build())
+            .collect();
+        for (b, shim) in row.builders(&w, "").into_iter().zip(&shims) {
+            std::fs::write(dir.join(format!("{}.yaml", shim.name())), b.yaml()).unwrap();
         }
         let n = node(&w, &f);
         let decided = block(async {
             let (store, mut state) = n.open().await.unwrap();
+            let key_of = |name: &str| spec_key(shims.iter().find(|s| s.name() == name).unwrap());
+            row.seed_crashes(&mut state, "", key_of);
+            store.save(&state).unwrap();
+            if row.unsaveable {
+                break_state_dir(&w);
+            }
             let mut memory = Memory::default();
-            for _ in 0..MOST_ROUNDS {
-                let _ = reconcile(&n, &store, &mut state, &mut memory).await;
-                if !(memory.wants_rerun() && memory.take_rerun()) {
-                    break;
+            settle(&n, &store, &mut state, &mut memory).await;
+            if row.removes() {
+                for s in shims.iter().filter(|s| row.is_removed(s.name(), "")) {
+                    std::fs::remove_file(dir.join(format!("{}.yaml", s.name()))).unwrap();
                 }
+                settle(&n, &store, &mut state, &mut memory).await;
             }
-            Decisions {
-                installed: state.shims.keys().cloned().collect(),
-                failing: memory
-                    .notes()
-                    .into_iter()
-                    .map(|(n, note)| (n, note.reason))
-                    .collect(),
-            }
+            let failing = memory.notes().into_iter().map(|(n, note)| (n, note.reason));
+            let installed = state.shims.keys().cloned().collect();
+            row.decided(installed, failing.collect(), &f, "")
         });
         assert_eq!(decided, row.expected(""), "{}", row.what);
+    }
+}
+
+/// Daemon rounds until the node settles (no round asked to follow at once), at most
+/// [`MOST_ROUNDS`].
+async fn settle(
+    n: &shim_agent::txn::Node<'_, &FakeContainerd, &FakeContainerd>,
+    store: &shim_agent::state::StateStore,
+    state: &mut shim_agent::state::NodeState,
+    memory: &mut Memory,
+) {
+    for _ in 0..MOST_ROUNDS {
+        let _ = reconcile(n, store, state, memory).await;
+        if !(memory.wants_rerun() && memory.take_rerun()) {
+            break;
+        }
     }
 }
 
