@@ -12,6 +12,7 @@ pub mod policies;
 pub mod rbac;
 pub mod runtime_class;
 pub mod shim;
+pub mod signature;
 
 pub use runtime_class::*;
 pub use shim::*;

@@ -63,6 +63,11 @@ pub struct ShimSpec {
     /// spec hash: changing only the check reinstalls nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<CheckSpec>,
+    /// Who must have signed the shim, and where the signature is; checked before anything
+    /// changes on the node. Not part of the spec hash: a new policy applies at the next
+    /// install or upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<super::signature::SignatureSpec>,
 }
 
 /// How the agent fetches the shim artifact.

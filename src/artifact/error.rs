@@ -125,6 +125,10 @@ pub enum ArtifactError {
         status: String,
     },
 
+    /// A signature was required and is missing, or does not verify (its own reasons).
+    #[error(transparent)]
+    Signature(#[from] crate::signature::SignatureError),
+
     /// A `file://` location could not be read.
     #[error("cannot read local artifact {}", path.display())]
     LocalFile {
@@ -276,6 +280,7 @@ impl ArtifactError {
             Connect { .. } => "ConnectFailed",
             Transfer { .. } => "TransferFailed",
             ProxyRefused { .. } => "ProxyRefused",
+            Signature(e) => e.reason(),
             LocalFile { .. } => "LocalFileUnreadable",
             Oci { .. } => "OciPullFailed",
             RegistryHosts { .. } => "RegistryHostsInvalid",

@@ -130,6 +130,29 @@ impl Fetcher {
         store.commit(staging, &digest)
     }
 
+    /// A small file at `url` (signature material beside an artifact), whole, up to `cap`
+    /// bytes; one attempt, through the same client, proxies and credentials as artifacts.
+    pub(crate) async fn fetch_small(
+        &self,
+        url: &str,
+        cap: usize,
+    ) -> Result<Vec<u8>, ArtifactError> {
+        let shown = display_location(url);
+        let location = Location::parse(url)?;
+        let mut download = self.open(&location, &shown).await?;
+        let mut out = Vec::new();
+        while let Some(chunk) = download.stream.next().await {
+            out.extend_from_slice(&chunk?);
+            if out.len() > cap {
+                return Err(ArtifactError::DownloadTooLarge {
+                    location: shown,
+                    limit: u64::try_from(cap).unwrap_or(u64::MAX),
+                });
+            }
+        }
+        Ok(out)
+    }
+
     async fn open(&self, location: &Location, shown: &str) -> Result<Download, ArtifactError> {
         match location {
             Location::Http(url) => {

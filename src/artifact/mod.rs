@@ -34,6 +34,7 @@ mod place;
 mod progress;
 mod proxy;
 pub mod registry_hosts;
+pub mod signed;
 mod source;
 mod store;
 mod tree;

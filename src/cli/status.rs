@@ -45,6 +45,9 @@ pub fn format_status_table(state: &NodeState) -> String {
         out.push_str("(no shims installed)\n");
     }
     for s in state.shims.values() {
+        if let Some(sig) = &s.signature {
+            out.push_str(&format!("signed: {} {}\n", s.name, sig.describe()));
+        }
         if let Some(host) = &s.insecure_source {
             out.push_str(&format!(
                 "insecure: {} was fetched from {host} without verifying its certificate (skip_verify in containerd's hosts.toml); its digest was checked\n",

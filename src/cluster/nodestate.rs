@@ -61,6 +61,10 @@ pub struct ShimNodeState {
     /// verified (containerd's `skip_verify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insecure_source: Option<String>,
+    /// Whose signature was verified before the install, and when it was signed (or that no
+    /// signed time was checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed: Option<String>,
     /// RFC 3339 time the phase began.
     pub since: String,
     /// Replaced or removed versions kept on disk while containerd tasks run through them.
@@ -158,6 +162,9 @@ pub fn states_wanted(
         let record = inputs.state.shims.get(name);
         entry.version = record.and_then(|r| r.shim_version.clone());
         entry.insecure_source = record.and_then(|r| r.insecure_source.clone());
+        entry.signed = record
+            .and_then(|r| r.signature.as_ref())
+            .map(|s| crate::text::clip(&s.describe(), 512));
     }
     out
 }
@@ -197,6 +204,7 @@ impl States<'_> {
                 generation,
                 version: None,
                 insecure_source: None,
+                signed: None,
                 since,
                 retained: Vec::new(),
             },
@@ -227,6 +235,7 @@ fn add_retained(out: &mut NodeStates, inputs: &Inputs<'_>, previous: &NodeStates
             generation: None,
             version: None,
             insecure_source: None,
+            signed: None,
             since: match previous.get(&r.name) {
                 Some(p) if p.phase == NodePhase::Retained => p.since.clone(),
                 _ => now.to_string(),

@@ -199,6 +199,7 @@ mod tests {
         ShimNodeState {
             version: None,
             insecure_source: None,
+            signed: None,
             phase,
             digest: None,
             reason: reason.map(str::to_string),

@@ -15,7 +15,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+mod signatures;
 mod validate;
+
+pub use signatures::{IdentitySetting, SignatureSettings};
 
 /// Default location of the main file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/shim-agent/config.toml";
@@ -28,6 +31,7 @@ pub struct Settings {
     pub containerd: ContainerdSettings,
     pub fetch: FetchSettings,
     pub check: CheckSettings,
+    pub signatures: SignatureSettings,
     pub paths: PathSettings,
     pub kubernetes: KubernetesSettings,
     pub log: LogSettings,

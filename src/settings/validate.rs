@@ -75,6 +75,7 @@ impl Settings {
             ));
         }
         self.fetch.validate_credentials()?;
+        self.signatures.validate()?;
         self.validate_paths()
     }
 

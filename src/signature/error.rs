@@ -74,6 +74,16 @@ pub enum SignatureError {
     )]
     NoSignedTime { file: String },
 
+    /// The node's policy requires a signature, and the Shim says where none is.
+    #[error(
+        "Shim {shim}: this node requires signed shims (signatures.require in the agent's config), and the Shim has no spec.signature saying where its signature is"
+    )]
+    RequiredByNode { shim: String },
+
+    /// The signature meets the Shim's policy but not the node's.
+    #[error("refused by this node's signature policy (signatures in the agent's config): {0}")]
+    RefusedByNode(Box<SignatureError>),
+
     /// The transparency log entry does not verify, or is about other bytes.
     #[error("{file}: transparency log entry: {detail}")]
     LogEntry { file: String, detail: String },
@@ -95,6 +105,8 @@ impl SignatureError {
             WrongIssuer { .. } => "SignerIssuerMismatch",
             NoSignedTime { .. } => "NoSignedTime",
             LogEntry { .. } => "LogEntryInvalid",
+            RequiredByNode { .. } => "SignatureRequiredByNode",
+            RefusedByNode(_) => "SignatureRefusedByNode",
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Public keys (DER SubjectPublicKeyInfo, as cosign's `cosign.pub` holds in PEM) and the
 //! signatures they verify: ECDSA P-256 with SHA-256 and P-384 with SHA-384 (ASN.1 DER
-//! signatures, as cosign writes them), and Ed25519.
+//! signatures, as cosign writes them), and Ed25519, over a message (ring); and over a file
+//! by its SHA-256 alone, for ECDSA P-256 (cosign's keys and Fulcio's certificates), so a file
+//! is streamed through a hash, never held in memory (p256's prehash verification).
 
 use ring::signature::{self, UnparsedPublicKey, VerificationAlgorithm};
 use x509_cert::der::Decode;
@@ -22,7 +24,7 @@ pub struct PublicKey {
 impl PublicKey {
     /// From DER SubjectPublicKeyInfo; `Err` says why it is not a key this verifies with.
     pub fn from_spki(spki: &[u8]) -> Result<PublicKey, String> {
-        algorithm(spki)?;
+        kind(spki)?;
         Ok(PublicKey {
             spki: spki.to_vec(),
         })
@@ -49,10 +51,31 @@ impl PublicKey {
         format!("sha256:{}", hex::encode(key_id(&self.spki)))
     }
 
+    /// Whether `sig` (ASN.1 DER) is this key's ECDSA P-256 signature over the file whose
+    /// SHA-256 is `sha256`. Other keys: false (their file signatures are not supported).
+    pub fn verifies_file(&self, sha256: &[u8], sig: &[u8]) -> bool {
+        use p256::ecdsa::signature::hazmat::PrehashVerifier;
+        let Ok((Kind::P256, point)) = kind(&self.spki) else {
+            return false;
+        };
+        let (Ok(key), Ok(sig)) = (
+            p256::ecdsa::VerifyingKey::from_sec1_bytes(point),
+            p256::ecdsa::Signature::from_der(sig),
+        ) else {
+            return false;
+        };
+        key.verify_prehash(sha256, &sig).is_ok()
+    }
+
     /// Whether `sig` is this key's signature over `message`.
     pub fn verifies(&self, message: &[u8], sig: &[u8]) -> bool {
-        let Ok((alg, point)) = algorithm(&self.spki) else {
+        let Ok((kind, point)) = kind(&self.spki) else {
             return false;
+        };
+        let alg: &'static dyn VerificationAlgorithm = match kind {
+            Kind::P256 => &signature::ECDSA_P256_SHA256_ASN1,
+            Kind::P384 => &signature::ECDSA_P384_SHA384_ASN1,
+            Kind::Ed25519 => &signature::ED25519,
         };
         UnparsedPublicKey::new(alg, point)
             .verify(message, sig)
@@ -60,8 +83,15 @@ impl PublicKey {
     }
 }
 
-/// The ring algorithm for a key, and its raw public key bytes.
-fn algorithm(spki: &[u8]) -> Result<(&'static dyn VerificationAlgorithm, &[u8]), String> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    P256,
+    P384,
+    Ed25519,
+}
+
+/// What kind of key, and its raw public key bytes (the end of the DER).
+fn kind(spki: &[u8]) -> Result<(Kind, &[u8]), String> {
     let info = SubjectPublicKeyInfoRef::from_der(spki)
         .map_err(|e| format!("not a SubjectPublicKeyInfo: {e}"))?;
     let key = info
@@ -74,10 +104,10 @@ fn algorithm(spki: &[u8]) -> Result<(&'static dyn VerificationAlgorithm, &[u8]),
         .parameters
         .and_then(|p| p.decode_as::<x509_cert::der::asn1::ObjectIdentifier>().ok())
         .map(|o| o.to_string());
-    let verify: &'static dyn VerificationAlgorithm = match (alg.as_str(), curve.as_deref()) {
-        (EC_PUBLIC_KEY, Some(P256)) => &signature::ECDSA_P256_SHA256_ASN1,
-        (EC_PUBLIC_KEY, Some(P384)) => &signature::ECDSA_P384_SHA384_ASN1,
-        (ED25519, _) => &signature::ED25519,
+    let kind = match (alg.as_str(), curve.as_deref()) {
+        (EC_PUBLIC_KEY, Some(P256)) => Kind::P256,
+        (EC_PUBLIC_KEY, Some(P384)) => Kind::P384,
+        (ED25519, _) => Kind::Ed25519,
         (a, c) => {
             return Err(format!(
                 "an unsupported key (algorithm {a}, curve {}): use ECDSA P-256 or P-384, or Ed25519",
@@ -85,7 +115,7 @@ fn algorithm(spki: &[u8]) -> Result<(&'static dyn VerificationAlgorithm, &[u8]),
             ));
         }
     };
-    // the subject_public_key borrows spki: give back a slice of the caller's bytes
-    let start = spki.len() - key.len();
-    Ok((verify, &spki[start..]))
+    // the key is the last field of the DER: a slice of the caller's bytes
+    let start = spki.len().saturating_sub(key.len());
+    Ok((kind, &spki[start..]))
 }

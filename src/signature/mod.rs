@@ -27,4 +27,4 @@ pub use log_entry::{LogEntry, canonical_payload};
 pub use material::Material;
 pub use trust::{Subject, Trust, TrustedIdentity};
 pub use trusted_root::{PUBLIC_GOOD, TrustedRoot, Validity, key_id};
-pub use verify::{SignedBy, Verified, verify};
+pub use verify::{SignedBy, Verified, file_sha256, verify};

@@ -42,24 +42,30 @@ pub struct Verified {
     pub log_index: Option<i64>,
 }
 
-/// Verify `m` over `file` (named `name` in errors) against `trust` and `root`.
+/// The SHA-256 of a file's bytes, as [`verify`] takes it.
+pub fn file_sha256(file: &[u8]) -> [u8; 32] {
+    Sha256::digest(file).into()
+}
+
+/// Verify `m` over the file whose SHA-256 is `sha` (named `name` in errors) against `trust`
+/// and `root`. The file itself is not needed: its digest is what ECDSA signs.
 pub fn verify(
     name: &str,
-    file: &[u8],
+    sha: &[u8; 32],
     m: &Material,
     trust: &Trust,
     root: &TrustedRoot,
 ) -> Result<Verified, SignatureError> {
-    let sha = Sha256::digest(file);
+    let file = sha.as_slice();
     if let Some(d) = &m.message_sha256
-        && d.as_slice() != sha.as_slice()
+        && d.as_slice() != file
     {
         return Err(SignatureError::Mismatch {
             file: name.to_string(),
             signer: "the bundle's signer (it names another file's digest)".into(),
         });
     }
-    let sha_hex = hex::encode(sha);
+    let sha_hex = hex::encode(file);
     match &m.certificate {
         None => keyed(name, file, &sha_hex, m, trust, root),
         Some(cert) => keyless(name, file, &sha_hex, cert, m, trust, root),
@@ -90,7 +96,7 @@ fn keyed(
     let key = trust
         .keys
         .iter()
-        .find(|k| k.verifies(file, &m.signature))
+        .find(|k| k.verifies_file(file, &m.signature))
         .ok_or_else(untrusted)?;
     let signed_time = match &m.log_entry {
         Some(e) => Some(logged(name, e, root, sha_hex, m, key.spki())?),
@@ -122,7 +128,7 @@ fn keyless(
     let key = certificate::public_key(cert)
         .and_then(|spki| PublicKey::from_spki(&spki))
         .map_err(material)?;
-    if !key.verifies(file, &m.signature) {
+    if !key.verifies_file(file, &m.signature) {
         return Err(SignatureError::Mismatch {
             file: name.to_string(),
             signer: signer.identity.clone(),

@@ -174,6 +174,53 @@ pub struct InstalledShim {
     /// was installed; what was sent to that host (the node's credentials) was not protected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insecure_source: Option<String>,
+    /// Whose signature was verified before it was installed, and when it was signed
+    /// (format 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<SignatureRecord>,
+}
+
+/// A verified signature, as the state records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureRecord {
+    /// The signed file: a path inside the artifact, or the artifact.
+    pub file: String,
+    /// The signer: a certificate identity, or `key sha256:<hex>`.
+    pub signed_by: String,
+    /// The OIDC issuer that vouched for the identity (keyless).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// Unix time of the signed time (a transparency log entry's); absent: no signed time
+    /// was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_time: Option<i64>,
+    /// Whether the node's own policy (`signatures.require`) checked it too.
+    pub node_policy: bool,
+}
+
+impl SignatureRecord {
+    /// How a verified signature reads: the file, who signed, and when (or that no signed time
+    /// was checked).
+    pub fn describe(&self) -> String {
+        let by = match &self.issuer {
+            Some(issuer) => format!("{} (issuer {issuer})", self.signed_by),
+            None => self.signed_by.clone(),
+        };
+        let when = match self
+            .signed_time
+            .and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t).ok())
+        {
+            Some(t) => format!("signed at {t} (a transparency log entry)"),
+            None => "with no signed time checked".to_string(),
+        };
+        let node = if self.node_policy {
+            ", trusted by the node's policy too"
+        } else {
+            ""
+        };
+        format!("{}: verified, signed by {by}, {when}{node}", self.file)
+    }
 }
 
 /// A Shim's check container as the state records it (`spec.check.container`).

@@ -23,6 +23,7 @@ fn sample() -> NodeState {
             installed_at: 1,
             shim_version: None,
             insecure_source: None,
+            signature: None,
             check: None,
         },
     );

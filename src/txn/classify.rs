@@ -192,6 +192,7 @@ mod tests {
             installed_at: 0,
             shim_version: None,
             insecure_source: None,
+            signature: None,
             check: None,
         }
     }

@@ -14,9 +14,11 @@ use super::preflight::check_record;
 use super::record::{now_secs, runtime_spec};
 use crate::api::Shim;
 use crate::artifact::configure::{fetch_spec, fetcher, spec_location};
+use crate::artifact::signed::{self, Checks, NodeSignatures};
 use crate::artifact::{self, Store};
 use crate::containerd::{self, AddOptions, Current, Plan};
-use crate::state::{InstalledShim, NodeState, Origin};
+use crate::signature::{SignedBy, Verified};
+use crate::state::{InstalledShim, NodeState, Origin, SignatureRecord};
 
 impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
     pub(super) async fn fetch_all(
@@ -32,19 +34,14 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
         }
         let artifacts = Store::open(&store_dir)?;
         let fetcher = self.fetcher(progress).await?;
+        let signatures = NodeSignatures::load(&self.settings.signatures, self.root)?;
         let mut out = Vec::new();
         let mut bins = Vec::new();
         for (shim, origin) in installs {
             let spec = fetch_spec(shim, &self.settings.fetch)?;
             let blame = |e: anyhow::Error| TxnError::unprepared(shim.name(), e);
-            let fetched = fetcher
-                .fetch(&spec, &artifacts)
-                .await
-                .with_context(|| format!("Shim {:?}", shim.name()))
-                .map_err(blame)?;
-            if fetched.fetched {
-                undo.created_dir(fetched.dir.clone());
-            }
+            let (fetched, signature) =
+                fetch_verified(&fetcher, &artifacts, &spec, shim, &signatures, undo).await?;
             let wanted = shim.spec.runtime.as_ref().and_then(|r| r.binary.as_deref());
             let bin = artifact::find_shim_binary(&fetched.dir, wanted, &self.platform.arch)
                 .map_err(|e| blame(e.into()))?;
@@ -81,6 +78,7 @@ impl<R: Restarter, H: HealthCheck> Node<'_, R, H> {
                     shim_version: None, // the preflight's, below
                     check: check_record(shim),
                     insecure_source: insecure_source(&fetched, state.shims.get(shim.name())),
+                    signature,
                 },
                 tree_src: fetched.dir.clone(),
                 previous: state.shims.get(shim.name()).cloned(),
@@ -244,4 +242,66 @@ fn insecure_source(
             .filter(|r| !fetched.fetched && r.artifact_sha256 == fetched.digest)
             .and_then(|r| r.insecure_source.clone())
     })
+}
+
+/// What the state records of a verified signature.
+fn signature_record(checks: &Checks<'_>, v: Verified) -> SignatureRecord {
+    let (signed_by, issuer) = match v.signed_by {
+        SignedBy::Identity { identity, issuer } => (identity, Some(issuer)),
+        SignedBy::Key { fingerprint } => (format!("key {fingerprint}"), None),
+    };
+    tracing::info!(
+        file = checks.spec.signed_file.as_deref().unwrap_or("the artifact"),
+        %signed_by,
+        signed_time = ?v.signed_time,
+        node_policy = checks.node.is_some(),
+        "signature verified"
+    );
+    SignatureRecord {
+        file: checks
+            .spec
+            .signed_file
+            .clone()
+            .unwrap_or_else(|| "artifact".into()),
+        signed_by,
+        issuer,
+        signed_time: v.signed_time,
+        node_policy: checks.node.is_some(),
+    }
+}
+
+/// `shim`'s artifact fetched into the store, and its signature verified when the Shim or the
+/// node asks for one: the node's policy is decided first, so a Shim it refuses is not even
+/// downloaded.
+async fn fetch_verified(
+    fetcher: &artifact::Fetcher,
+    artifacts: &Store,
+    spec: &artifact::FetchSpec,
+    shim: &Shim,
+    signatures: &NodeSignatures,
+    undo: &mut Undo,
+) -> Result<(artifact::StoredArtifact, Option<SignatureRecord>), TxnError> {
+    let in_shim = |e: anyhow::Error| {
+        TxnError::unprepared(shim.name(), e.context(format!("Shim {:?}", shim.name())))
+    };
+    let checks = signed::plan(shim.name(), shim.spec.signature.as_ref(), signatures)
+        .map_err(|e| in_shim(e.into()))?;
+    let fetched = fetcher
+        .fetch(spec, artifacts)
+        .await
+        .map_err(|e| in_shim(e.into()))?;
+    if fetched.fetched {
+        undo.created_dir(fetched.dir.clone());
+    }
+    let signature = match &checks {
+        Some(c) => {
+            let v = fetcher
+                .verify_signature(c, &fetched, signatures)
+                .await
+                .map_err(|e| in_shim(e.into()))?;
+            Some(signature_record(c, v))
+        }
+        None => None,
+    };
+    Ok((fetched, signature))
 }

@@ -189,6 +189,7 @@ mod tests {
             installed_at: 1,
             shim_version: None,
             insecure_source: None,
+            signature: None,
             check: check.clone(),
         }
     }

@@ -46,6 +46,7 @@ fn record(name: &str, origin: Origin, state: ShimState) -> InstalledShim {
         installed_at: 1,
         shim_version: None,
         insecure_source: None,
+        signature: None,
         check: None,
     }
 }
@@ -244,6 +245,7 @@ fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds
         ShimNodeState {
             version: None,
             insecure_source: None,
+            signed: None,
             phase: NodePhase::Installed,
             digest: None,
             reason: None,
@@ -369,6 +371,7 @@ fn view(name: &str, lbl: &[(&str, &str)], states: &[(&str, NodePhase, Option<i64
                     ShimNodeState {
                         version: None,
                         insecure_source: None,
+                        signed: None,
                         phase: *p,
                         digest: None,
                         reason: Some("DigestMismatch".into()),

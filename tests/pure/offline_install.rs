@@ -2,9 +2,7 @@
 //! fetch, verify, unpack, place, edit containerd's config, record; uninstall restores the
 //! bytes; every failure leaves the root exactly as it was.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
 use shim_agent::api::load::parse_shims;
 use shim_agent::artifact::{Platform, node_platform};
@@ -14,32 +12,11 @@ use shim_agent::settings::Settings;
 use shim_agent::state::{NodeState, ShimState, StateStore};
 
 use crate::support;
-use crate::support::image_root::{Image, image, run_install, uninstall, write_artifact};
+use crate::support::image_root::{
+    Image, deep_snapshot, image, run_install, uninstall, write_artifact,
+};
 use crate::support::shim_builder::ShimBuilder;
 use crate::support::{Entry, TestServer, foreign_elf, real_elf, sha256_hex, tar_gz};
-
-/// Every file and directory under `dir` with its mode and content: "exactly as it was".
-fn deep_snapshot(dir: &Path) -> BTreeMap<String, (u32, Option<Vec<u8>>)> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(dir).unwrap().display().to_string();
-            if m.is_dir() {
-                todo.push(p.clone());
-                out.insert(rel, (m.permissions().mode(), None));
-            } else {
-                out.insert(
-                    rel,
-                    (m.permissions().mode(), Some(std::fs::read(&p).unwrap())),
-                );
-            }
-        }
-    }
-    out
-}
 
 fn shim(name: &str, location: &str, sha256: &str) -> ShimBuilder {
     ShimBuilder::new(name)

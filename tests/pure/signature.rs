@@ -3,7 +3,8 @@
 //! the test (tests/support/sigstore.rs). Each refusal names the file and what was expected.
 
 use shim_agent::signature::{
-    Material, PublicKey, SignedBy, Subject, Trust, TrustedIdentity, TrustedRoot, material, verify,
+    Material, PublicKey, SignedBy, Subject, Trust, TrustedIdentity, TrustedRoot, file_sha256,
+    material, verify,
 };
 
 use crate::support::sigstore::{
@@ -53,7 +54,7 @@ fn bundle(w: &World, leaf: &Leaf<'_>, file: &[u8], at: i64) -> Material {
 fn a_cosign_bundle_proves_the_identity_and_the_signed_time() {
     let w = world();
     let m = bundle(&w, &Leaf::runwasi(), SHIM, SIGNED_AT);
-    let v = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap();
+    let v = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap();
     assert_eq!(
         v.signed_by,
         SignedBy::Identity {
@@ -73,14 +74,14 @@ fn runwasis_sig_and_pem_have_no_signed_time_and_are_refused_unless_the_policy_ac
         Some(dot_pem(&s.cert_der).as_bytes()),
     )
     .unwrap();
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "NoSignedTime");
     assert!(e.to_string().starts_with(FILE), "{e}");
     let lenient = Trust {
         without_signed_time: true,
         ..runwasi_trust()
     };
-    let v = verify(FILE, SHIM, &m, &lenient, &w.root).unwrap();
+    let v = verify(FILE, &file_sha256(SHIM), &m, &lenient, &w.root).unwrap();
     assert_eq!(v.signed_time, None, "no signed time was checked");
     // a plain PEM .pem reads the same
     let plain = material::detached(
@@ -88,7 +89,7 @@ fn runwasis_sig_and_pem_have_no_signed_time_and_are_refused_unless_the_policy_ac
         Some(pem_of("CERTIFICATE", &s.cert_der).as_bytes()),
     )
     .unwrap();
-    assert!(verify(FILE, SHIM, &plain, &lenient, &w.root).is_ok());
+    assert!(verify(FILE, &file_sha256(SHIM), &plain, &lenient, &w.root).is_ok());
 }
 
 #[test]
@@ -97,7 +98,7 @@ fn another_identity_is_refused_naming_the_one_found_and_the_one_expected() {
     let fork =
         "https://github.com/someone/runwasi/.github/workflows/action-build.yml@refs/heads/main";
     let m = bundle(&w, &Leaf::of(fork, GITHUB_ISSUER), SHIM, SIGNED_AT);
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "SignerIdentityMismatch");
     let said = e.to_string();
     assert!(
@@ -115,7 +116,7 @@ fn the_right_identity_from_another_issuer_is_refused() {
         SHIM,
         SIGNED_AT,
     );
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "SignerIssuerMismatch");
     let said = e.to_string();
     assert!(
@@ -137,11 +138,11 @@ fn an_identity_pattern_matches_the_whole_identity_only() {
     let m = bundle(&w, &Leaf::runwasi(), SHIM, SIGNED_AT);
     let org =
         r"https://github\.com/containerd/runwasi/\.github/workflows/.+@refs/(heads/main|tags/v.*)";
-    assert!(verify(FILE, SHIM, &m, &trust(org), &w.root).is_ok());
+    assert!(verify(FILE, &file_sha256(SHIM), &m, &trust(org), &w.root).is_ok());
     // a prefix is not the whole identity
     let e = verify(
         FILE,
-        SHIM,
+        &file_sha256(SHIM),
         &m,
         &trust(r"https://github\.com/containerd"),
         &w.root,
@@ -161,7 +162,7 @@ fn a_certificate_expired_at_the_signed_time_is_refused() {
     let w = world();
     // logged an hour after the ten-minute certificate ended
     let m = bundle(&w, &Leaf::runwasi(), SHIM, SIGNED_AT + 3600);
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "CertificateExpired");
     assert!(e.to_string().contains("2026-01-01T01:00:00Z"), "{e}");
 }
@@ -170,12 +171,19 @@ fn a_certificate_expired_at_the_signed_time_is_refused() {
 fn a_tampered_file_and_a_signature_over_another_file_are_refused() {
     let w = world();
     let m = bundle(&w, &Leaf::runwasi(), SHIM, SIGNED_AT);
-    let e = verify(FILE, b"\x7fELF tampered", &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(
+        FILE,
+        &file_sha256(b"\x7fELF tampered"),
+        &m,
+        &runwasi_trust(),
+        &w.root,
+    )
+    .unwrap_err();
     assert_eq!(e.reason(), "SignatureMismatch");
     assert!(e.to_string().contains(FILE), "{e}");
     // the signature and the log entry are about another file
     let other = bundle(&w, &Leaf::runwasi(), b"another file", SIGNED_AT);
-    let e = verify(FILE, SHIM, &other, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &other, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "SignatureMismatch");
 }
 
@@ -189,14 +197,14 @@ fn a_log_entry_about_another_file_or_from_an_unknown_log_is_refused() {
         .entry(b"other", &sig, &s.cert_der, "CERTIFICATE", SIGNED_AT);
     let m = material::bundle(cosign_bundle(&sig, Some(&s.cert_der), Some(&wrong_file)).as_bytes())
         .unwrap();
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "LogEntryInvalid");
     assert!(e.to_string().contains("about another file"), "{e}");
 
     let stranger = Rekor::new().entry(SHIM, &sig, &s.cert_der, "CERTIFICATE", SIGNED_AT);
     let m = material::bundle(cosign_bundle(&sig, Some(&s.cert_der), Some(&stranger)).as_bytes())
         .unwrap();
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "LogEntryInvalid");
     assert!(e.to_string().contains("does not name"), "{e}");
 
@@ -207,7 +215,7 @@ fn a_log_entry_about_another_file_or_from_an_unknown_log_is_refused() {
     moved.integrated_time += 1;
     let m =
         material::bundle(cosign_bundle(&sig, Some(&s.cert_der), Some(&moved)).as_bytes()).unwrap();
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert!(
         e.to_string()
             .contains("signed entry timestamp does not verify"),
@@ -225,7 +233,7 @@ fn a_certificate_from_an_untrusted_ca_or_not_for_code_signing_is_refused() {
         .rekor
         .entry(SHIM, &sig, &s.cert_der, "CERTIFICATE", SIGNED_AT);
     let m = material::bundle(cosign_bundle(&sig, Some(&s.cert_der), Some(&e_)).as_bytes()).unwrap();
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "CertificateUntrusted");
     assert!(e.to_string().contains("unknown issuer"), "{e}");
 
@@ -234,7 +242,7 @@ fn a_certificate_from_an_untrusted_ca_or_not_for_code_signing_is_refused() {
         ..Leaf::runwasi()
     };
     let m = bundle(&w, &leaf, SHIM, SIGNED_AT);
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "CertificateUntrusted");
     assert!(e.to_string().contains("not for code signing"), "{e}");
 }
@@ -251,7 +259,7 @@ fn a_keyed_signature_verifies_with_a_trusted_key_only() {
         keys: vec![key.clone()],
         ..Trust::default()
     };
-    let v = verify(FILE, SHIM, &m, &trust, &w.root).unwrap();
+    let v = verify(FILE, &file_sha256(SHIM), &m, &trust, &w.root).unwrap();
     assert_eq!(
         v.signed_by,
         SignedBy::Key {
@@ -263,7 +271,7 @@ fn a_keyed_signature_verifies_with_a_trusted_key_only() {
     let e_ = w.rekor.entry(SHIM, &sig, &spki, "PUBLIC KEY", SIGNED_AT);
     let logged = material::bundle(cosign_bundle(&sig, None, Some(&e_)).as_bytes()).unwrap();
     assert_eq!(
-        verify(FILE, SHIM, &logged, &trust, &w.root)
+        verify(FILE, &file_sha256(SHIM), &logged, &trust, &w.root)
             .unwrap()
             .signed_time,
         Some(SIGNED_AT)
@@ -276,15 +284,15 @@ fn a_keyed_signature_verifies_with_a_trusted_key_only() {
         keys: vec![other_key.clone()],
         ..Trust::default()
     };
-    let e = verify(FILE, SHIM, &m, &wrong, &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &wrong, &w.root).unwrap_err();
     assert_eq!(e.reason(), "SignerKeyUntrusted");
     assert!(e.to_string().contains(&other_key.fingerprint()), "{e}");
     // a policy of identities only refuses a keyed signature
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "SignerKeyUntrusted");
     // a keyless signature under a policy of keys only
     let keyless = bundle(&w, &Leaf::runwasi(), SHIM, SIGNED_AT);
-    let e = verify(FILE, SHIM, &keyless, &trust, &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &keyless, &trust, &w.root).unwrap_err();
     assert_eq!(e.reason(), "SignerIdentityMismatch");
     assert!(
         e.to_string().contains("trusts no certificate identity"),
@@ -309,14 +317,14 @@ fn sigstore_bundles_v0_1_to_v0_3_verify_and_their_digest_must_be_the_files() {
         let m =
             material::bundle(sigstore_bundle(media, SHIM, &sig, &s.cert_der, Some(&e_)).as_bytes())
                 .unwrap();
-        let v = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap();
+        let v = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap();
         assert_eq!(v.signed_time, Some(SIGNED_AT), "{media}");
         // its digest names another file
         let m = material::bundle(
             sigstore_bundle(media, b"other", &sig, &s.cert_der, Some(&e_)).as_bytes(),
         )
         .unwrap();
-        let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+        let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
         assert_eq!(e.reason(), "SignatureMismatch", "{media}");
     }
     let e =
@@ -353,7 +361,7 @@ fn hostile_material_is_an_error_never_a_panic() {
     }
     for input in &inputs {
         if let Ok(m) = material::bundle(input) {
-            let _ = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root);
+            let _ = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root);
         }
         let _ = material::detached(input, Some(input));
     }
@@ -363,7 +371,7 @@ fn hostile_material_is_an_error_never_a_panic() {
         certificate: Some(vec![0x30, 0x03, 0x02, 0x01, 0x01]),
         ..Material::default()
     };
-    let e = verify(FILE, SHIM, &m, &runwasi_trust(), &w.root).unwrap_err();
+    let e = verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root).unwrap_err();
     assert_eq!(e.reason(), "SignatureMaterialInvalid");
     assert!(e.to_string().contains(FILE), "{e}");
 }

@@ -144,6 +144,7 @@ proptest! {
         let entry = ShimNodeState {
             version: None,
             insecure_source: None,
+            signed: None,
             phase: NodePhase::Failed,
             digest: None,
             reason: Some(reason),

@@ -64,17 +64,22 @@ pub fn run_install_with(
     yaml: &str,
     opts: &InstallOptions,
 ) -> anyhow::Result<InstallOutcome> {
+    run_install_settings(img, yaml, opts, &Settings::default())
+}
+
+/// [`run_install`] with these options and the agent's settings.
+pub fn run_install_settings(
+    img: &Image,
+    yaml: &str,
+    opts: &InstallOptions,
+    settings: &Settings,
+) -> anyhow::Result<InstallOutcome> {
     let shim = parse_shims(yaml, "shim.yaml").unwrap().remove(0);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(image::install_offline(
-        &img.root,
-        &Settings::default(),
-        &shim,
-        opts,
-    ))
+    rt.block_on(image::install_offline(&img.root, settings, &shim, opts))
 }
 
 pub fn uninstall(img: &Image, name: &str) -> anyhow::Result<image::UninstallOutcome> {
@@ -87,4 +92,28 @@ pub fn uninstall(img: &Image, name: &str) -> anyhow::Result<image::UninstallOutc
         &Settings::default(),
         name,
     ))
+}
+
+/// Every file and directory under `dir` with its mode and content: "exactly as it was".
+pub fn deep_snapshot(dir: &Path) -> std::collections::BTreeMap<String, (u32, Option<Vec<u8>>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            if m.is_dir() {
+                todo.push(p.clone());
+                out.insert(rel, (m.permissions().mode(), None));
+            } else {
+                out.insert(
+                    rel,
+                    (m.permissions().mode(), Some(std::fs::read(&p).unwrap())),
+                );
+            }
+        }
+    }
+    out
 }

@@ -50,6 +50,7 @@ impl ShimBuilder {
             runtime: None,
             rollout_strategy: None,
             check: None,
+            signature: None,
         };
         ShimBuilder {
             shim: Shim::new(name, spec),
@@ -270,6 +271,12 @@ impl ShimBuilder {
                 timeout_seconds: Some(timeout_seconds),
             }),
         });
+        self
+    }
+
+    /// `signature`: who must have signed the shim and where the material is.
+    pub fn signature(mut self, spec: shim_agent::api::signature::SignatureSpec) -> ShimBuilder {
+        self.shim.spec.signature = Some(spec);
         self
     }
 

@@ -335,6 +335,7 @@ fn node(name: &str, labels: &[(&str, &str)], phase: NodePhase, since: &str) -> N
         generation: None,
         version: None,
         insecure_source: None,
+        signed: None,
         since: since.into(),
         retained: Vec::new(),
     };

@@ -57,6 +57,10 @@ pub fn compute_status(
         );
         ready.message = Some(ready.message.unwrap_or_default() + &note);
     }
+    // what the nodes verified of the signature, once each (at most two different reports)
+    for signed in t.signed.iter().take(2) {
+        ready.message = Some(format!("{}; {signed}", ready.message.unwrap_or_default()));
+    }
     let mut conds = vec![
         ready,
         progressing(&t, deleting, &progress),
@@ -83,6 +87,8 @@ struct Tally<'a> {
     blocked: Vec<&'a str>,
     /// Nodes whose artifact came from a host whose certificate was not verified.
     insecure: Vec<&'a str>,
+    /// The nodes' reports of the verified signature, each once.
+    signed: Vec<&'a str>,
 }
 
 fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
@@ -93,6 +99,7 @@ fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
         failures: Vec::new(),
         blocked: Vec::new(),
         insecure: Vec::new(),
+        signed: Vec::new(),
     };
     let current = |g: Option<i64>| g.is_none() || g == shim.metadata.generation;
     for n in nodes {
@@ -116,6 +123,11 @@ fn tally<'a>(shim: &Shim, nodes: &'a [NodeView]) -> Tally<'a> {
         };
         if s.insecure_source.is_some() {
             t.insecure.push(&n.name);
+        }
+        if let Some(signed) = s.signed.as_deref()
+            && !t.signed.contains(&signed)
+        {
+            t.signed.push(signed);
         }
         match s.phase {
             NodePhase::Failed if current(s.generation) => {
