@@ -32,9 +32,9 @@
 //!   a format-3 document upgrades with none of them. A format-3 agent refuses a format-4
 //!   document (it could not finish a journal at `proven`).
 //! - 5: adds on each shim record its `insecure_source`, the registry host that served it
-//!   without its certificate being verified; a format-4 document upgrades with none. A
-//!   format-4 agent refuses a format-5 document (its records deny unknown fields, and would
-//!   lose the note).
+//!   without its certificate being verified, and its `signature`, whose signature was
+//!   verified and when it was signed; a format-4 document upgrades with none. A format-4
+//!   agent refuses a format-5 document (its records deny unknown fields, and would lose them).
 
 mod model;
 
