@@ -108,6 +108,7 @@ pub struct Metrics {
     hook_calls: Family<HookLabels, Counter>,
     hook_seconds: Family<HookNameLabels, Histogram>,
     runtime_checks: Family<CheckLabels, Counter>,
+    signatures: Family<CheckLabels, Counter>,
     runtime_check_seconds: Family<CheckStepLabels, Histogram>,
     shims_set_aside: Gauge,
     shim_nodes: Family<ShimStateLabels, Gauge>,
@@ -204,6 +205,12 @@ impl Metrics {
             "Checks that a new shim works before it is committed (the preflight of its binary, a pod sandbox through its handler, its check container), by result (passed, failed) and reason (MissingLibraries, ShimDoesNotRun, NoSandboxImage, SandboxCheckFailed, CheckImageUnavailable, ContainerCheckFailed, ...)",
             runtime_checks.clone(),
         );
+        let signatures = Family::<CheckLabels, Counter>::default();
+        registry.register(
+            "signature_checks",
+            "Signatures of shims checked before anything changes, by result (verified, refused) and reason (SignerIdentityMismatch, NoSignedTime, SignatureRequiredByNode, SignatureRefusedByNode, ...)",
+            signatures.clone(),
+        );
         let runtime_check_seconds = Family::<CheckStepLabels, Histogram>::new_with_constructor(
             seconds_buckets as fn() -> _,
         );
@@ -237,6 +244,7 @@ impl Metrics {
             reported_shims: Mutex::default(),
             registry,
             runtime_checks,
+            signatures,
             runtime_check_seconds,
             hook_calls,
             hook_seconds,
@@ -431,6 +439,19 @@ pub fn runtime_checked(reason: &'static str) {
     };
     metrics()
         .runtime_checks
+        .get_or_create(&CheckLabels { result, reason })
+        .inc();
+}
+
+/// A shim's signature was checked: verified (`reason` empty) or refused for `reason`.
+pub fn signature_checked(reason: &'static str) {
+    let result = if reason.is_empty() {
+        "verified"
+    } else {
+        "refused"
+    };
+    metrics()
+        .signatures
         .get_or_create(&CheckLabels { result, reason })
         .inc();
 }

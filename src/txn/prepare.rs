@@ -284,8 +284,12 @@ async fn fetch_verified(
     let in_shim = |e: anyhow::Error| {
         TxnError::unprepared(shim.name(), e.context(format!("Shim {:?}", shim.name())))
     };
-    let checks = signed::plan(shim.name(), shim.spec.signature.as_ref(), signatures)
-        .map_err(|e| in_shim(e.into()))?;
+    let counted = |e: artifact::ArtifactError| {
+        crate::telemetry::signature_checked(e.reason());
+        in_shim(e.into())
+    };
+    let checks =
+        signed::plan(shim.name(), shim.spec.signature.as_ref(), signatures).map_err(counted)?;
     let fetched = fetcher
         .fetch(spec, artifacts)
         .await
@@ -298,7 +302,8 @@ async fn fetch_verified(
             let v = fetcher
                 .verify_signature(c, &fetched, signatures)
                 .await
-                .map_err(|e| in_shim(e.into()))?;
+                .map_err(counted)?;
+            crate::telemetry::signature_checked("");
             Some(signature_record(c, v))
         }
         None => None,

@@ -297,7 +297,12 @@ fn a_node_policy_stricter_than_the_shims_refuses_what_the_shim_accepts() {
     let shim = ShimBuilder::new("wasmtime")
         .artifact(&url, &sha)
         .signature(spec.clone());
+    // the registry is the process's: other tests count too, so only a rise is asserted (no
+    // other test is refused for this reason)
+    let before = counted("refused", "SignatureRefusedByNode");
     refused(&img, &st, shim, "SignatureRefusedByNode", nightly);
+    assert!(counted("refused", "SignatureRefusedByNode") > before);
+    let verified = counted("verified", "");
     // the release workflow's build passes both, and the record says the node checked it too
     let (url, sha) = write_artifact(
         &img,
@@ -319,6 +324,7 @@ fn a_node_policy_stricter_than_the_shims_refuses_what_the_shim_accepts() {
             .unwrap()
             .node_policy
     );
+    assert!(counted("verified", "") > verified);
 }
 
 #[test]
@@ -357,4 +363,18 @@ fn material_beside_the_artifact_is_fetched_from_its_url() {
         (rec.file.as_str(), rec.signed_time),
         ("artifact", Some(SIGNED_AT))
     );
+}
+
+/// `shim_agent_signature_checks_total` for this result and reason.
+fn counted(result: &str, reason: &str) -> u64 {
+    let text = shim_agent::telemetry::metrics().encode();
+    let (result, reason) = (
+        format!("result=\"{result}\""),
+        format!("reason=\"{reason}\""),
+    );
+    text.lines()
+        .filter(|l| l.starts_with("shim_agent_signature_checks_total{"))
+        .filter(|l| l.contains(&result) && l.contains(&reason))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }

@@ -19,6 +19,7 @@ pub fn touch_every_metric() {
     t::coordinator_error("status", "Conflict");
     t::hook_called("beforeInstall", "Success", Duration::from_millis(1));
     t::runtime_checked("");
+    t::signature_checked("");
     t::runtime_check_took("total", Duration::from_millis(1));
     t::set_aside(0);
     t::shim_statuses([t::ShimRollout {
