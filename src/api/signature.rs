@@ -57,7 +57,7 @@ pub struct SignatureSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.all(k, k.size() <= 4096 && k.contains('-----BEGIN PUBLIC KEY-----'))")
         .message("signature.keys must each be a PEM public key (-----BEGIN PUBLIC KEY-----) of at most 4096 characters"))]
-    #[schemars(length(max = 8))]
+    #[schemars(length(max = 8), inner(length(max = 4096)))]
     pub keys: Option<Vec<String>>,
     /// Accept a keyless signature that has no signed time (no log entry: runwasi's `.sig` and
     /// `.pem`). Its short-lived certificate is then checked at its own start, which nothing

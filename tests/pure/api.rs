@@ -625,3 +625,31 @@ fn every_example_is_a_shim_the_node_accepts() {
         .unwrap();
     assert_eq!(check.command, ["/hello.wasm"]);
 }
+
+#[test]
+fn the_signed_example_names_runwasis_layout_and_identity() {
+    let dir = format!("{MANIFEST_DIR}/examples");
+    let text = std::fs::read_to_string(format!("{dir}/shim-signed.yaml")).unwrap();
+    let shim = &parse_shims(&text, "shim-signed.yaml").unwrap()[0];
+    let sig = shim.spec.signature.as_ref().unwrap();
+    assert_eq!(
+        (
+            sig.signed_file.as_deref(),
+            sig.signature.as_deref(),
+            sig.certificate.as_deref()
+        ),
+        (
+            Some("containerd-shim-wasmtime-v1"),
+            Some("containerd-shim-wasmtime-v1.sig"),
+            Some("containerd-shim-wasmtime-v1.pem")
+        )
+    );
+    let id = &sig.identities.as_ref().unwrap()[0];
+    assert_eq!(
+        id.identity.as_deref(),
+        Some(
+            "https://github.com/containerd/runwasi/.github/workflows/action-build.yml@refs/heads/main"
+        )
+    );
+    assert_eq!(id.issuer, "https://token.actions.githubusercontent.com");
+}

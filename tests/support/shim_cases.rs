@@ -134,7 +134,73 @@ pub fn new_field_refusals(with: With, judge: Judge) -> Vec<(String, String, &'st
         let yaml = with_check(with, &check_with(field, value));
         cases.push((format!("check {field}: {value:.40}"), yaml, message));
     }
+    cases.extend(signature_refusals(with));
     cases
+}
+
+/// `signature` set to this YAML flow mapping.
+pub fn with_signature(with: With, signature: &str) -> String {
+    with(
+        "  rolloutStrategy:",
+        &format!("  signature: {signature}\n  rolloutStrategy:"),
+    )
+}
+
+pub const ONE_MATERIAL: &str = "signature needs exactly one of bundle, or signature (with certificate for a keyless signature)";
+pub const CERT_WITH_SIG: &str =
+    "signature.certificate goes with signature.signature (a bundle carries its own)";
+pub const A_SIGNER: &str =
+    "signature needs at least one trusted signer: identities (keyless) or keys";
+pub const ONE_IDENTITY: &str = "an identity needs exactly one of identity or identityRegExp";
+pub const IN_ARTIFACT: &str = "with from: artifact, signature, certificate and bundle must be relative paths inside the artifact";
+pub const URLS: &str =
+    "with from: url, signature, certificate and bundle must be http://, https:// or file:/// URLs";
+pub const SIGNED_FILE: &str = "signature.signedFile must be a relative path inside the artifact, without '.' or '..' segments";
+pub const KEYS: &str = "signature.keys must each be a PEM public key (-----BEGIN PUBLIC KEY-----)";
+
+/// Every refusal of `signature`: (what, the Shim, the message).
+fn signature_refusals(with: With) -> Vec<(String, String, &'static str)> {
+    let id = "identities: [{identity: \"https://ci/x\", issuer: \"https://issuer\"}]";
+    let artifact = |rest: &str| format!("{{from: artifact, {rest}, {id}}}");
+    let cases: Vec<(&str, String, &'static str)> = vec![
+        ("bundle and signature", artifact("bundle: b, signature: s"), ONE_MATERIAL),
+        ("no material", format!("{{from: artifact, {id}}}"), ONE_MATERIAL),
+        ("a certificate with a bundle", artifact("bundle: b, certificate: c"), CERT_WITH_SIG),
+        ("no signer", "{from: artifact, bundle: b}".into(), A_SIGNER),
+        ("empty identities", "{from: artifact, bundle: b, identities: []}".into(), A_SIGNER),
+        (
+            "an identity and its pattern",
+            "{from: artifact, bundle: b, identities: [{identity: a, identityRegExp: a, issuer: i}]}".into(),
+            ONE_IDENTITY,
+        ),
+        (
+            "an identity with neither",
+            "{from: artifact, bundle: b, identities: [{issuer: i}]}".into(),
+            ONE_IDENTITY,
+        ),
+        ("a path out of the artifact", artifact("signature: ../s.sig"), IN_ARTIFACT),
+        ("an absolute path", artifact("bundle: /etc/b"), IN_ARTIFACT),
+        ("a URL with from: artifact", artifact("bundle: \"https://x/b\""), IN_ARTIFACT),
+        ("not a URL", format!("{{from: url, bundle: \"ftp://x/b\", {id}}}"), URLS),
+        ("a path with from: url", format!("{{from: url, signature: s.sig, {id}}}"), URLS),
+        ("signedFile out of the artifact", artifact("bundle: b, signedFile: a/../../b"), SIGNED_FILE),
+        ("signedFile with a dot segment", artifact("bundle: b, signedFile: ./b"), SIGNED_FILE),
+        (
+            "a key that is not PEM",
+            "{from: artifact, bundle: b, keys: [\"ssh-ed25519 AAAA\"]}".into(),
+            KEYS,
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(what, body, message)| {
+            (
+                format!("signature: {what}"),
+                with_signature(with, &body),
+                message,
+            )
+        })
+        .collect()
 }
 
 /// The rule's message on the node, the API server's own past a schema bound.
