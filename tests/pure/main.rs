@@ -53,6 +53,7 @@ mod runtime_check;
 mod runtime_class;
 mod shape;
 mod signature;
+mod signature_python;
 mod signed_install;
 mod txn_blame;
 mod txn_gate;
