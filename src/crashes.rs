@@ -20,7 +20,7 @@ use crate::state::{CrashRecord, NodeState, Working};
 /// Crashes during a Shim's rounds, at one spec, after which it is set aside.
 pub const CRASHES_TO_SET_ASIDE: u32 = 2;
 /// The reason a set-aside Shim is reported with.
-pub const REASON: &str = "AgentCrashed";
+pub const REASON: &str = crate::api::names::reason::AGENT_CRASHED;
 
 /// Record the round about to work on `shims` (name → spec key). Returns whether the state
 /// changed (and must be saved before the risky steps).

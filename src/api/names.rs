@@ -3,10 +3,8 @@
 //! Leases, the field manager, the condition types and reasons ([`condition`], [`reason`]), and
 //! the reasons of the Events the agent writes ([`event`]).
 //!
-//! Two names stay beside the code below `api` in the layer map (docs/design.md §11), which
-//! may not import this module: the reason of a Shim set aside after crashes (`AgentCrashed`,
-//! `crashes::REASON`, also reported by the static daemon) and the labels of the runtime
-//! check's CRI sandboxes (`node::check`, never seen by the API server). The `group` of the
+//! The labels of the runtime check's CRI sandboxes stay in `node::check`, below `api` in the
+//! layer map (docs/design.md §11): containerd sees them, never the API server. The `group` of the
 //! `kube` derives (`Shim`, `ShimLease`, `ShimExtension`) is a literal the derive needs; a
 //! test below holds it to [`GROUP`].
 
@@ -127,6 +125,19 @@ pub mod reason {
     pub const PODS_USE_RUNTIME_CLASS: &str = "PodsUseRuntimeClass";
     /// A node's state: a removed version is kept while containerd tasks run through it.
     pub const TASKS_RUN_THROUGH_IT: &str = "TasksRunThroughIt";
+    /// `Ready` False: the Shim's RuntimeClass exists and is not its own, or another Shim
+    /// names it too.
+    pub const RUNTIME_CLASS_CONFLICT: &str = "RuntimeClassConflict";
+    /// A node's state: the Shim is set aside after the agent crashed twice during its
+    /// rounds at one spec.
+    pub const AGENT_CRASHED: &str = "AgentCrashed";
+
+    /// The Node's `ShimsReady` condition: every Shim that targets it serves its handler.
+    pub const SHIMS_INSTALLED: &str = "ShimsInstalled";
+    /// The Node's `ShimsReady` condition: a Shim that targets it failed.
+    pub const SHIMS_FAILED: &str = "ShimsFailed";
+    /// The Node's `ShimsReady` condition: Shims that target it are still on their way.
+    pub const SHIMS_PENDING: &str = "ShimsPending";
 }
 
 /// The reasons of the Events the agent writes on a Shim and its Node.

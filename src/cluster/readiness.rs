@@ -111,16 +111,16 @@ pub fn readiness(wanted: &[String], states: &NodeStates) -> Readiness {
         };
         return Readiness {
             ready: true,
-            reason: "ShimsInstalled",
+            reason: crate::api::names::reason::SHIMS_INSTALLED,
             message: clip(&message, MESSAGE_MAX_BYTES),
         };
     }
     Readiness {
         ready: false,
         reason: if failed {
-            "ShimsFailed"
+            crate::api::names::reason::SHIMS_FAILED
         } else {
-            "ShimsPending"
+            crate::api::names::reason::SHIMS_PENDING
         },
         message: clip(
             &format!("not ready: {}", pending.join(", ")),

@@ -94,13 +94,13 @@ fn plan_apply(f: &ShimFacts<'_>) -> ShimActions {
     let rc_name = &f.shim.spec.runtime_class.name;
     let conflict = match ours(f) {
         Some(false) => Some((
-            "RuntimeClassConflict",
+            crate::api::names::reason::RUNTIME_CLASS_CONFLICT,
             format!(
                 "RuntimeClass {rc_name:?} already exists and does not belong to this Shim; delete it or set another spec.runtimeClass.name"
             ),
         )),
         None if !f.rivals.is_empty() => Some((
-            "RuntimeClassConflict",
+            crate::api::names::reason::RUNTIME_CLASS_CONFLICT,
             format!(
                 "RuntimeClass {rc_name:?} is named by Shim {} too, and a RuntimeClass belongs to one Shim; set another spec.runtimeClass.name",
                 crate::text::clip(&f.rivals.join(", "), 512)
