@@ -41,6 +41,19 @@ pub struct Facts {
     pub proxies: Vec<ProxySource>,
     /// The lease duration the slots and the election use (clock skew is judged against it).
     pub lease_duration_secs: u64,
+    /// The node's signature policy, loaded as an install loads it.
+    pub signatures: Probe<SignatureFacts>,
+}
+
+/// The node's signature policy (`[signatures]`), as loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureFacts {
+    pub require: bool,
+    pub identities: usize,
+    pub keys: usize,
+    /// The trusted root it names; `None`: Sigstore's public-good root, built in.
+    pub trusted_root: Option<String>,
+    pub without_signed_time: bool,
 }
 
 /// The containerd profile the agent resolved (detected or configured).

@@ -41,11 +41,7 @@ pub fn judge(f: &Facts) -> Vec<Finding> {
     out.extend(cluster(f));
     out.extend(f.space.iter().map(space));
     out.push(proxies(&f.proxies));
-    out.push(Finding::new(
-        check::SIGNATURE_POLICY,
-        Level::Info,
-        "no signature policy: shims are verified by the sha256 digest their Shim names",
-    ));
+    out.push(signature_policy(&f.signatures));
     out
 }
 
@@ -385,6 +381,36 @@ fn proxies(sources: &[ProxySource]) -> Finding {
         })
         .collect();
     Finding::new(check::PROXY, Level::Info, parts.join("; "))
+}
+
+fn signature_policy(s: &Probe<SignatureFacts>) -> Finding {
+    let id = check::SIGNATURE_POLICY;
+    match s {
+        Err(e) => Finding::new(id, Level::Fail, format!("[signatures] cannot be loaded: {e}"))
+            .remedy("fix [signatures] in the agent's config: each of keys a PEM public key file, trusted-root a Sigstore trusted_root.json; until then every install fails"),
+        Ok(p) if !p.require => Finding::new(
+            id,
+            Level::Info,
+            "no node signature policy: each Shim's spec.signature decides; a Shim without one is verified by its sha256 digest only",
+        ),
+        Ok(p) => Finding::new(
+            id,
+            Level::Ok,
+            format!(
+                "signatures required: {} identities and {} keys trusted, against {}; keyless signatures without a signed time {}",
+                p.identities,
+                p.keys,
+                p.trusted_root
+                    .as_deref()
+                    .unwrap_or("Sigstore's public-good root (built in)"),
+                if p.without_signed_time {
+                    "accepted"
+                } else {
+                    "refused"
+                }
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,13 @@ fn healthy() -> Facts {
             vars: Ok(vec![]),
         }],
         lease_duration_secs: 15,
+        signatures: Ok(SignatureFacts {
+            require: false,
+            identities: 0,
+            keys: 0,
+            trusted_root: None,
+            without_signed_time: false,
+        }),
     }
 }
 
@@ -353,4 +360,37 @@ fn the_text_report_says_what_blocks_and_what_to_do() {
         text.ends_with("1 problem(s) block installs; 0 warning(s)\n"),
         "{text}"
     );
+}
+
+#[test]
+fn the_signature_policy_is_told_and_one_that_cannot_load_blocks_installs() {
+    let mut f = healthy();
+    let summary = |f: &Facts| {
+        judge(f)
+            .into_iter()
+            .find(|x| x.check == check::SIGNATURE_POLICY)
+            .map(|x| (x.level, x.summary))
+            .unwrap()
+    };
+    let (level, said) = summary(&f);
+    assert_eq!(level, Level::Info);
+    assert!(said.contains("no node signature policy"), "{said}");
+    f.signatures = Ok(SignatureFacts {
+        require: true,
+        identities: 1,
+        keys: 2,
+        trusted_root: None,
+        without_signed_time: false,
+    });
+    let (level, said) = summary(&f);
+    assert_eq!(level, Level::Ok);
+    assert!(
+        said.contains("1 identities and 2 keys")
+            && said.contains("public-good")
+            && said.ends_with("refused"),
+        "{said}"
+    );
+    f.signatures = Err("/etc/shim-agent/keys/a.pub: bad PEM".into());
+    assert_eq!(summary(&f).0, Level::Fail);
+    assert!(crate::doctor::Report::new(&f).blocking);
 }

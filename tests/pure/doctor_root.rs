@@ -101,3 +101,62 @@ fn an_image_without_a_readable_containerd_config_cannot_take_an_install() {
         "{text}"
     );
 }
+
+/// The node's signature policy is loaded as an install loads it: a `[signatures]` whose key
+/// file is not a public key blocks installs, and the doctor says so; a sound one is told.
+#[test]
+fn a_signature_policy_that_cannot_load_blocks_installs_and_a_sound_one_is_told() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("img");
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    std::fs::write(root.join("etc/containerd/config.toml"), "version = 2\n").unwrap();
+    std::fs::create_dir_all(root.join("etc/shim-agent/keys")).unwrap();
+    let config = d.path().join("config.toml");
+    let run = |key: &str| {
+        std::fs::write(root.join("etc/shim-agent/keys/team.pub"), key).unwrap();
+        std::fs::write(
+            &config,
+            "[signatures]\nrequire = true\nkeys = [\"/etc/shim-agent/keys/team.pub\"]\n",
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_shim-agent"))
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "doctor",
+                "--json",
+                "--root",
+            ])
+            .arg(&root)
+            .output()
+            .expect("run shim-agent");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let finding = r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["check"] == "signature-policy")
+            .cloned()
+            .unwrap();
+        (out.status.code(), finding)
+    };
+    let (rc, f) = run("not a key");
+    assert_eq!((rc, f["level"].as_str()), (Some(1), Some("fail")), "{f}");
+    assert!(f["summary"].as_str().unwrap().contains("team.pub"), "{f}");
+    // a real P-256 public key (cosign's kind)
+    let key = rcgen::KeyPair::generate().unwrap();
+    let pem = crate::support::sigstore::pem_of(
+        "PUBLIC KEY",
+        &rcgen::PublicKeyData::subject_public_key_info(&key),
+    );
+    let (_, f) = run(&pem);
+    assert_eq!(f["level"], "ok", "{f}");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("0 identities and 1 keys trusted"),
+        "{f}"
+    );
+}
