@@ -361,6 +361,20 @@ fn free_bytes(path: &Path) -> Probe<u64> {
     Ok(s.blocks_available() as u64 * s.fragment_size() as u64)
 }
 
+/// The node's signature policy, loaded as an install loads it (its key files and root read).
+fn signatures(root: &HostRoot, settings: &Settings) -> Probe<SignatureFacts> {
+    let s = &settings.signatures;
+    crate::artifact::signed::NodeSignatures::load(s, root)
+        .map(|n| SignatureFacts {
+            require: n.require,
+            identities: n.trust.identities.len(),
+            keys: n.trust.keys.len(),
+            trusted_root: (!s.trusted_root.is_empty()).then(|| s.trusted_root.clone()),
+            without_signed_time: n.allow_without_signed_time,
+        })
+        .map_err(|e| crate::text::clip(&e.to_string(), 512))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,18 +394,4 @@ mod tests {
         assert!((skew_secs(t, t) - 0.5).abs() < 1e-9);
         assert!((skew_secs(t, t + Duration::from_secs(10)) + 9.5).abs() < 1e-9);
     }
-}
-
-/// The node's signature policy, loaded as an install loads it (its key files and root read).
-fn signatures(root: &HostRoot, settings: &Settings) -> Probe<SignatureFacts> {
-    let s = &settings.signatures;
-    crate::artifact::signed::NodeSignatures::load(s, root)
-        .map(|n| SignatureFacts {
-            require: n.require,
-            identities: n.trust.identities.len(),
-            keys: n.trust.keys.len(),
-            trusted_root: (!s.trusted_root.is_empty()).then(|| s.trusted_root.clone()),
-            without_signed_time: n.allow_without_signed_time,
-        })
-        .map_err(|e| crate::text::clip(&e.to_string(), 512))
 }
