@@ -9,21 +9,11 @@ use shim_agent::signature::{
 
 use crate::support::sigstore::{
     Fulcio, GITHUB_ISSUER, Leaf, RUNWASI_IDENTITY, Rekor, SIGNED_AT, cosign_bundle, dot_pem,
-    dot_sig, pem_of, sigstore_bundle, trusted_root,
+    dot_sig, pem_of, runwasi_trust, sigstore_bundle, trusted_root,
 };
 
 const FILE: &str = "containerd-shim-wasmtime-v1";
 const SHIM: &[u8] = b"\x7fELF the shim's bytes";
-
-fn runwasi_trust() -> Trust {
-    Trust {
-        identities: vec![TrustedIdentity {
-            subject: Subject::Exact(RUNWASI_IDENTITY.into()),
-            issuer: GITHUB_ISSUER.into(),
-        }],
-        ..Trust::default()
-    }
-}
 
 struct World {
     fulcio: Fulcio,

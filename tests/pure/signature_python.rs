@@ -22,13 +22,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use shim_agent::signature::{
-    Subject, Trust, TrustedIdentity, TrustedRoot, file_sha256, material, verify,
-};
+use shim_agent::signature::{TrustedRoot, file_sha256, material, verify};
 
 use crate::support::sigstore::{
     CtLog, Fulcio, GITHUB_ISSUER, Leaf, RUNWASI_IDENTITY, Rekor, SIGNED_AT, Signer,
-    client_trust_config, sigstore_bundle, trusted_root_with_ct, with_inclusion_proof,
+    client_trust_config, runwasi_trust, sigstore_bundle, trusted_root_with_ct,
+    with_inclusion_proof,
 };
 
 const FILE: &str = "containerd-shim-wasmtime-v1";
@@ -178,16 +177,6 @@ fn cases(w: &World) -> Vec<Case> {
             )),
         },
     ]
-}
-
-fn runwasi_trust() -> Trust {
-    Trust {
-        identities: vec![TrustedIdentity {
-            subject: Subject::Exact(RUNWASI_IDENTITY.into()),
-            issuer: GITHUB_ISSUER.into(),
-        }],
-        ..Trust::default()
-    }
 }
 
 /// The agent's verdict: `Ok(())` or the refusal's reason and message.

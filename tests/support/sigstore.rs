@@ -25,6 +25,18 @@ pub const GITHUB_ISSUER: &str = "https://token.actions.githubusercontent.com";
 pub const RUNWASI_IDENTITY: &str =
     "https://github.com/containerd/runwasi/.github/workflows/action-build.yml@refs/heads/main";
 
+/// A policy that trusts runwasi's release identity from GitHub Actions.
+pub fn runwasi_trust() -> shim_agent::signature::Trust {
+    use shim_agent::signature::{Subject, Trust, TrustedIdentity};
+    Trust {
+        identities: vec![TrustedIdentity {
+            subject: Subject::Exact(RUNWASI_IDENTITY.into()),
+            issuer: GITHUB_ISSUER.into(),
+        }],
+        ..Trust::default()
+    }
+}
+
 /// 2026-01-01T00:00:00Z: when the tests' signatures are made.
 pub const SIGNED_AT: i64 = 1_767_225_600;
 
