@@ -263,6 +263,47 @@ fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds
     assert_eq!(st["good"].since, "earlier");
 }
 
+/// What the node verified of an installed shim reaches its report, as the coordinator reads
+/// it: the host that served it without a verified certificate, and who signed it and when.
+#[test]
+fn the_report_carries_an_insecure_source_and_the_verified_signature() {
+    let node = labels(&[]);
+    let cluster = vec![shim("good", &[])];
+    let mut state = NodeState::default();
+    let mut good = record("good", Origin::Cluster, ShimState::Installed);
+    good.spec_hash = cluster[0].spec_hash();
+    good.insecure_source = Some("https://mirror.internal:5000".into());
+    good.signature = Some(shim_agent::state::SignatureRecord {
+        file: "containerd-shim-x-v2".into(),
+        signed_by: "https://ci.example/build.yml@refs/heads/main".into(),
+        issuer: Some("https://token.actions.githubusercontent.com".into()),
+        signed_time: None,
+        node_policy: true,
+    });
+    state.shims.insert("good".into(), good);
+    let inputs = Inputs {
+        node_labels: &node,
+        cluster: &cluster,
+        statics: &[],
+        statics_ok: true,
+        state: &state,
+        pods: &[],
+        held: &BTreeSet::new(),
+    };
+    let plan = plan_node(&inputs);
+    let st = states_wanted(&inputs, &plan, &BTreeMap::new(), &NodeStates::new(), "now");
+    assert_eq!(
+        st["good"].insecure_source.as_deref(),
+        Some("https://mirror.internal:5000")
+    );
+    assert_eq!(
+        st["good"].signed.as_deref(),
+        Some(
+            "containerd-shim-x-v2: verified, signed by https://ci.example/build.yml@refs/heads/main (issuer https://token.actions.githubusercontent.com), with no signed time checked, trusted by the node's policy too"
+        )
+    );
+}
+
 fn retained(name: &str, digest: &str, tasks: Vec<String>, task_count: usize) -> RetainedVersion {
     RetainedVersion {
         name: name.into(),
@@ -481,12 +522,15 @@ fn a_node_that_fetched_from_an_unverified_host_is_named_in_ready() {
     if let Some(st) = nodes[1].states.get_mut("spin") {
         st.insecure_source = Some("https://mirror.internal:5000".into());
     }
+    if let Some(st) = nodes[0].states.get_mut("spin") {
+        st.signed = Some("x: verified, signed by me".into());
+    }
     let flagged = ready(&nodes);
     assert_eq!(flagged.status, "True");
     assert_eq!(
         flagged.message.as_deref(),
         Some(
-            "2/2 nodes serve the handler; fetched from a registry host whose certificate was not verified (skip_verify in containerd's hosts.toml) on b"
+            "2/2 nodes serve the handler; fetched from a registry host whose certificate was not verified (skip_verify in containerd's hosts.toml) on b; x: verified, signed by me"
         )
     );
 }
