@@ -24,7 +24,9 @@ use shim_agent::{api, artifact, cluster, service, settings};
 struct Cli {
     /// Agent configuration file (drop-ins are read from config.d/ beside it). Give it before
     /// the command: `shim-agent --config FILE status` (`containerd ... --config` names
-    /// containerd's file).
+    /// containerd's file). Default: /etc/shim-agent/config.toml; with `install`, `uninstall`,
+    /// `status` or `doctor` on an image root (`--root DIR`), the image's own (the config its
+    /// node will run with, whose `[signatures]` policy binds offline installs too).
     #[arg(long, value_name = "PATH", env = "SHIM_AGENT_CONFIG")]
     config: Option<PathBuf>,
 
@@ -192,6 +194,37 @@ fn main() -> ExitCode {
     }
 }
 
+/// The agent's config for this command, and whether `--config` named it: that file; else, for
+/// a command on an image root, the image's own `/etc/shim-agent/config.toml` (resolved inside
+/// the root): the node that boots the image runs with it, and a node policy baked into it (the
+/// signatures it requires) must bind `install --root` as it binds the running agent; else the
+/// host's.
+fn config_path(cli: &Cli) -> anyhow::Result<(PathBuf, bool)> {
+    if let Some(p) = &cli.config {
+        return Ok((p.clone(), true));
+    }
+    let image = match &cli.command {
+        Command::Install(a) => a.root.root.as_ref(),
+        Command::Uninstall(a) => a.root.root.as_ref(),
+        Command::Status(a) => a.root.root.as_ref(),
+        Command::Doctor(a) => a.root.as_ref(),
+        _ => None,
+    };
+    let Some(dir) = image else {
+        return Ok((PathBuf::from(settings::DEFAULT_CONFIG_PATH), false));
+    };
+    let path = HostRoot::new(dir)
+        .and_then(|root| root.resolve(settings::DEFAULT_CONFIG_PATH))
+        .with_context(|| {
+            format!(
+                "--root {}: cannot resolve {} in it",
+                dir.display(),
+                settings::DEFAULT_CONFIG_PATH
+            )
+        })?;
+    Ok((path, false))
+}
+
 fn host_root(arg: &RootArg) -> anyhow::Result<HostRoot> {
     match &arg.root {
         Some(dir) => HostRoot::new(dir).with_context(|| format!("--root {}", dir.display())),
@@ -241,10 +274,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let (config_path, explicit) = match &cli.config {
-        Some(p) => (p.clone(), true),
-        None => (PathBuf::from(settings::DEFAULT_CONFIG_PATH), false),
-    };
+    let (config_path, explicit) = config_path(&cli)?;
     let settings = settings::load(&config_path, explicit)?;
     let level = cli.log_level.clone().unwrap_or(settings.log.level.clone());
     let command = match cli.command {

@@ -299,8 +299,8 @@ cluster_import_image() {
   cp "$3" "$2/var/tmp/images/${3##*/}"
   X "$1" ctr -n k8s.io images import --local --all-platforms "/var/tmp/images/${3##*/}" >/dev/null
 }
-# The artifacts into the node image, at the same path.
-cluster_publish_artifacts() { mkdir -p "$1$CLUSTER_ART"; cp "$CLUSTER_ART"/*.tar.gz "$1$CLUSTER_ART/"; }
+# The artifacts into the node image, at the same path (with the signatures beside them).
+cluster_publish_artifacts() { mkdir -p "$1$CLUSTER_ART"; cp "$CLUSTER_ART"/* "$1$CLUSTER_ART/"; }
 # cluster_shim_yaml NAME SHA256 [SELECTOR_KEY=VALUE] [wasm-check]: a Shim for that artifact;
 # with wasm-check, its node proves the Wasm engine runs before the label (a check container of
 # $CLUSTER_WASM_IMAGE running /hello.wasm in a sandbox of the new handler).

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # E2E_FAILED_CONTEXT: read by tests/e2e/run
 # What only the end-to-end test needs, on top of the local cluster of scripts/lib/cluster.sh
-# (shared with scripts/demo): its kube env, the gVisor artifact, a busybox pod, the node's state
-# annotation, pod logs.
+# (shared with scripts/demo): its kube env, the gVisor artifact, the signing (a private authority
+# playing Fulcio, the node's signature policy), a busybox pod, the node's state annotation, pod
+# logs.
 # Source it from bash with `set -euo pipefail`; call e2e_cleanup from an EXIT trap.
 #
 # The kube env, E2E_KUBE_ENV:
@@ -136,12 +137,59 @@ e2e_gvisor_artifact() {
   RUNC_SHIM=$1 "$CLUSTER_REPO/tests/shims/build-runsc-artifact" || fail "tests/shims/build-runsc-artifact failed"
 }
 
-# the phase of Shim $2 in Node $1's state annotation
-node_phase() {
+# node_field NODE SHIM FIELD: that field of Shim SHIM's entry in Node NODE's state annotation
+# (phase, reason, message, signed, ...), empty when absent
+node_field() {
   k get node "$1" -o 'jsonpath={.metadata.annotations.containerd\.x-k8s\.io/shim-state}' 2>/dev/null |
-    python3 -c 'import json,sys; t=sys.stdin.read().strip(); print(json.loads(t).get(sys.argv[1],{}).get("phase","") if t else "")' "$2"
+    python3 -c 'import json,sys; t=sys.stdin.read().strip(); print(json.loads(t).get(sys.argv[1],{}).get(sys.argv[2],"") if t else "")' "$2" "$3"
 }
+# the phase of Shim $2 in Node $1's state annotation
+node_phase() { node_field "$1" "$2" phase; }
 phase_is() { [ "$(node_phase "$1" "$2")" = "$3" ]; }
+# --- signed shims: a private certificate authority playing Fulcio (tests/shims/sign-release) ---
+# The signer of every e2e artifact: runwasi's release workflow and its issuer, as runwasi's own
+# releases name them (docs/node-owners.md's example), vouched for by the e2e's authority.
+E2E_SIGNER=https://github.com/containerd/runwasi/.github/workflows/action-build.yml@refs/heads/main
+E2E_ISSUER=https://token.actions.githubusercontent.com
+E2E_SIGNING=$E2E_WORK/signing
+# e2e_signing_init: the authority and its trusted root ($E2E_SIGNING/trusted_root.json).
+e2e_signing_init() {
+  "$CLUSTER_REPO/tests/shims/sign-release" "$E2E_SIGNING" init "$E2E_SIGNER" "$E2E_ISSUER" || fail "sign-release init"
+}
+# e2e_sign_runwasi TARBALL MEMBER: prints the path of TARBALL repacked as runwasi packs its
+# releases: MEMBER with MEMBER.sig and MEMBER.pem beside it (no bundle: no signed time).
+e2e_sign_runwasi() {
+  local out=$E2E_SIGNING/${1##*/}
+  out=${out%.tar.gz}-signed.tar.gz
+  "$CLUSTER_REPO/tests/shims/sign-release" "$E2E_SIGNING" runwasi "$1" "$2" "$out" || fail "sign-release runwasi $1"
+  echo "$out"
+}
+# e2e_node_requires_signatures ROOT: the node policy baked into the image: every Shim must be
+# signed by runwasi's workflow, against the e2e's trusted root; no signed time needed (runwasi's
+# .sig and .pem carry none).
+e2e_node_requires_signatures() {
+  mkdir -p "$1/etc/shim-agent/config.d"
+  cp "$E2E_SIGNING/trusted_root.json" "$1/etc/shim-agent/e2e-trusted-root.json"
+  cat >"$1/etc/shim-agent/config.d/50-signatures.toml" <<TOML
+[signatures]
+require = true
+trusted-root = "/etc/shim-agent/e2e-trusted-root.json"
+allow-without-signed-time = true
+identities = [{ identity = "$E2E_SIGNER", issuer = "$E2E_ISSUER" }]
+TOML
+}
+# e2e_signature_yaml runwasi MEMBER | url LOCATION: a Shim's `signature` (appended to
+# cluster_shim_yaml's): runwasi's layout, MEMBER signed inside the artifact; or the artifact
+# itself signed, its .sig and .pem beside it at LOCATION.sig and LOCATION.pem.
+e2e_signature_yaml() {
+  echo "  signature:"
+  case $1 in
+    runwasi) printf '    from: artifact\n    signedFile: %s\n    signature: %s.sig\n    certificate: %s.pem\n' "$2" "$2" "$2" ;;
+    url) printf '    from: url\n    signature: %s.sig\n    certificate: %s.pem\n' "$2" "$2" ;;
+  esac
+  printf '    identities: [{identity: "%s", issuer: "%s"}]\n    allowWithoutSignedTime: true\n' "$E2E_SIGNER" "$E2E_ISSUER"
+}
+
 # pod_logs NAME: what the pod's container wrote (kubectl logs: the API server asks the kubelet)
 pod_logs() { k logs "$1" 2>&1; }
 

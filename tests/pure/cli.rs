@@ -215,6 +215,58 @@ fn offline_install_status_and_uninstall_round_trip() {
     );
 }
 
+/// An image builder bakes the node's policy into the image; `install --root` must honour it as
+/// the node that boots the image will: the image's own /etc/shim-agent config, not the build
+/// machine's. `--config` still names another.
+#[test]
+fn install_into_an_image_honours_the_images_own_signature_policy() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    let original = b"version = 2\n";
+    std::fs::write(root.join("etc/containerd/config.toml"), original).unwrap();
+    let policy = root.join("etc/shim-agent/config.d");
+    std::fs::create_dir_all(&policy).unwrap();
+    std::fs::write(
+        policy.join("50-signatures.toml"),
+        "[signatures]\nrequire = true\nidentities = [{ identity = \"ci@example.com\", issuer = \"https://accounts.example.com\" }]\n",
+    )
+    .unwrap();
+    let art = tar_gz(&[Entry::File("containerd-shim-demo-v2", real_elf(), 0o755)]);
+    let art_path = d.path().join("demo.tar.gz");
+    std::fs::write(&art_path, &art).unwrap();
+    let yaml = ShimBuilder::new("demo")
+        .artifact(&format!("file://{}", art_path.display()), &sha256_hex(&art))
+        .yaml();
+    let f = d.path().join("shim.yaml");
+    std::fs::write(&f, yaml).unwrap();
+    let (r, f) = (root.to_str().unwrap(), f.to_str().unwrap());
+    let before = tree(&root);
+
+    let out = shim_agent(&["install", "--root", r, "-f", f]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("this node requires signed shims"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(tree(&root), before, "the refused install changed the image");
+
+    // --config names the settings instead (an empty file: no policy)
+    let empty = d.path().join("agent.toml");
+    std::fs::write(&empty, "").unwrap();
+    let out = shim_agent(&[
+        "--config",
+        empty.to_str().unwrap(),
+        "install",
+        "--root",
+        r,
+        "-f",
+        f,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 #[test]
 fn containerd_config_flag_is_not_the_agent_config_flag() {
     let d = tempfile::tempdir().unwrap();
