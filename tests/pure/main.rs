@@ -55,6 +55,7 @@ mod shape;
 mod signature;
 mod signature_python;
 mod signed_install;
+mod signed_oci;
 mod txn_blame;
 mod txn_gate;
 mod untrusted_text;
