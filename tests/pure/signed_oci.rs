@@ -10,7 +10,11 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use rcgen::{KeyPair, PublicKeyData, SigningKey};
 use serde_json::json;
+use std::time::Duration;
+
 use shim_agent::api::signature::{MaterialFrom, SignatureSpec, SignerIdentity};
+use shim_agent::artifact::oci_signature::Attached;
+use shim_agent::artifact::{Fetcher, Limits, OciSource, RetryPolicy};
 use shim_agent::cli::status;
 use shim_agent::settings::{IdentitySetting, Settings};
 use shim_agent::signature::LogEntry;
@@ -24,11 +28,6 @@ use crate::support::sigstore::{
     sigstore_bundle, trusted_root,
 };
 use crate::support::{Entry, real_elf, sha256_hex, tar_gz};
-use oci_client::manifest::ImageIndexEntry;
-use shim_agent::artifact::oci_attached::{
-    BLOB_CAP, BUNDLE_ARTIFACT_TYPE, CANDIDATES_CAP, bundle_layer, bundle_referrers,
-    signature_layers, signature_tag,
-};
 
 const TEST: &str = "signed_oci";
 const BIN: &str = "containerd-shim-wasmtime-v1";
@@ -263,10 +262,13 @@ fn signature_of(img: &Image) -> shim_agent::state::SignatureRecord {
 #[test]
 fn cosigns_signature_tag_is_verified_keyless_and_keyed_before_the_install() {
     let Some(w) = world() else { return };
-    // keyless, with the log's signed time
+    // keyless, with the log's signed time; a stranger's signature before it is passed over
     let a = w.artifact("shims/keyless");
     let signer = w.fulcio.signer(&Leaf::runwasi());
-    w.sign_tag(&a, &[w.keyless(&signer, &payload(&a.repo, &a.digest))]);
+    let evil = "https://github.com/evil/shims/.github/workflows/release.yml@refs/heads/main";
+    let stranger = w.fulcio.signer(&Leaf::of(evil, GITHUB_ISSUER));
+    let p = payload(&a.repo, &a.digest);
+    w.sign_tag(&a, &[w.keyless(&stranger, &p), w.keyless(&signer, &p)]);
     let img = image();
     let st = w.settings(&img);
     install(&img, &st, shim(&a, from_oci(exactly(RUNWASI_IDENTITY)))).unwrap();
@@ -436,98 +438,58 @@ fn a_node_requiring_signatures_refuses_an_oci_signed_shim_by_a_signer_it_does_no
     refused(&img, &st, shim(&a, spec), "SignatureRefusedByNode", nightly);
 }
 
-// The pure reading of what a registry serves (src/artifact/oci_attached.rs).
-
-const SUBJECT_DIGEST: &str =
-    "sha256:1111111111111111111111111111111111111111111111111111111111111111";
-const BUNDLE_DIGEST: &str =
-    "sha256:2222222222222222222222222222222222222222222222222222222222222222";
-
-/// The referrers API's reply (distribution-spec "Listing Referrers"): an image index of
-/// the referrers' descriptors, each with its artifactType.
 #[test]
-fn the_referrers_apis_index_lists_the_bundles_only() {
-    let reply = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": BUNDLE_DIGEST,
-             "size": 700, "artifactType": BUNDLE_ARTIFACT_TYPE,
-             "annotations": {"dev.sigstore.bundle.predicateType": "https://sigstore.dev/cosign/sign/v1"}},
-            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": SUBJECT_DIGEST,
-             "size": 500, "artifactType": "application/spdx+json"},
-            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": SUBJECT_DIGEST,
-             "size": 500}
-        ]
-    });
-    let index: oci_client::manifest::OciImageIndex =
-        serde_json::from_value(reply).expect("an image index");
-    assert_eq!(
-        bundle_referrers(&index.manifests),
-        vec![BUNDLE_DIGEST.to_string()]
-    );
-    let many: Vec<ImageIndexEntry> = (0..40).map(|_| index.manifests[0].clone()).collect();
-    assert_eq!(bundle_referrers(&many).len(), CANDIDATES_CAP);
-}
-
-#[test]
-fn a_referrer_about_another_manifest_or_without_a_bundle_is_refused() {
-    let referrer = |subject: &str, media_type: &str, size: i64| {
-        serde_json::json!({
-            "schemaVersion": 2, "artifactType": BUNDLE_ARTIFACT_TYPE,
-            "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject, "size": 1},
-            "layers": [{"mediaType": media_type, "digest": BUNDLE_DIGEST, "size": size}]
+fn attached_signatures_come_through_containerds_mirror_like_the_artifact() {
+    let Some(w) = world() else { return };
+    let a = w.artifact("shims/mirrored");
+    let signer = w.fulcio.signer(&Leaf::runwasi());
+    w.sign_tag(&a, &[w.keyless(&signer, &payload(&a.repo, &a.digest))]);
+    w.refer_bundle(&a, &signer);
+    // the Shim names a registry that never resolves (RFC 2606); the mirror is the real one
+    let upstream = "upstream.invalid:5000";
+    let hosts = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(hosts.path().join(upstream)).unwrap();
+    std::fs::write(
+        hosts.path().join(upstream).join("hosts.toml"),
+        format!(
+            "[host.\"https://{}\"]\n  capabilities = [\"pull\"]\n  ca = \"{}\"\n",
+            w.reg.host(),
+            w.reg.ca().display()
+        ),
+    )
+    .unwrap();
+    let retry = RetryPolicy {
+        max_attempts: 1,
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(10),
+    };
+    let fetcher = Fetcher::new(Limits::default(), retry)
+        .unwrap()
+        .with_registry_hosts(vec![hosts.path().to_path_buf()]);
+    let src = OciSource {
+        reference: format!("{upstream}/{}@{}", a.repo, a.digest),
+        ..OciSource::default()
+    };
+    let found = w.rt.block_on(fetcher.attached_signatures(&src)).unwrap();
+    let kinds: Vec<&str> = found
+        .attached
+        .iter()
+        .map(|x| match x {
+            Attached::Bundle { .. } => "bundle",
+            Attached::SimpleSigning { .. } => "simple signing",
+            Attached::Unreadable { .. } => "unreadable",
         })
-        .to_string()
-    };
-    let good = bundle_layer(
-        referrer(SUBJECT_DIGEST, BUNDLE_ARTIFACT_TYPE, 9).as_bytes(),
-        SUBJECT_DIGEST,
-    );
-    assert_eq!(good.expect("the bundle").digest, BUNDLE_DIGEST);
-    let other = bundle_layer(
-        referrer(BUNDLE_DIGEST, BUNDLE_ARTIFACT_TYPE, 9).as_bytes(),
-        SUBJECT_DIGEST,
-    );
-    assert!(other.unwrap_err().contains("is about"));
-    let none = bundle_layer(
-        referrer(SUBJECT_DIGEST, "text/plain", 9).as_bytes(),
-        SUBJECT_DIGEST,
-    );
-    assert!(none.unwrap_err().contains("no layer"));
-    let huge = bundle_layer(
-        referrer(SUBJECT_DIGEST, BUNDLE_ARTIFACT_TYPE, 1 << 40).as_bytes(),
-        SUBJECT_DIGEST,
-    );
-    assert!(huge.unwrap_err().contains("bytes"));
-}
+        .collect();
+    assert_eq!(kinds, ["bundle", "simple signing"]);
+    assert_eq!(found.digest, a.digest);
 
-#[test]
-fn hostile_signature_manifests_are_errors_not_panics_when_read() {
-    for bad in [
-        &b"null"[..],
-        b"[]",
-        b"{\"schemaVersion\": 2, \"layers\": 3}",
-        b"{\"schemaVersion\": 1}",
-        b"\xff",
-        &[b' '; BLOB_CAP + 1],
-    ] {
-        assert!(signature_layers(bad).is_err());
-    }
-    let layer = |digest: &str, size: i64| {
-        serde_json::json!({"schemaVersion": 2, "layers": [{"mediaType": SIMPLE_SIGNING, "digest": digest, "size": size}]})
-            .to_string()
+    // a tag is refused: the signature is over a pinned manifest
+    let tagged = OciSource {
+        reference: format!("{upstream}/{}:v1", a.repo),
+        ..OciSource::default()
     };
-    assert!(signature_layers(layer("sha256:../../x", 1).as_bytes()).is_err());
-    assert!(signature_layers(layer(BUNDLE_DIGEST, -1).as_bytes()).is_err());
-    assert_eq!(
-        signature_layers(layer(BUNDLE_DIGEST, 5).as_bytes())
-            .expect("one")
-            .len(),
-        1
-    );
-    assert_eq!(
-        signature_tag(SUBJECT_DIGEST),
-        format!("sha256-{}.sig", &SUBJECT_DIGEST[7..])
-    );
+    let e =
+        w.rt.block_on(fetcher.attached_signatures(&tagged))
+            .unwrap_err();
+    assert!(e.to_string().contains("pinned by digest"), "{e}");
 }
