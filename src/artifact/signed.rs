@@ -3,7 +3,9 @@
 //! (docs/design.md §7). Which policies apply is decided here, purely ([`plan`]): the Shim's
 //! own `signature`, and the node's `signatures` when it requires them, which a Shim can
 //! neither skip nor widen. The rest is a thin shell: the material from inside the artifact or
-//! beside it, the signed file's SHA-256 streamed from the store, the node's keys and root.
+//! beside it, the signed file's SHA-256 streamed from the store, the node's keys and root; for
+//! `from: oci`, the signatures attached to the artifact in its registry (`oci_signature.rs`),
+//! the first that passes both policies taken ([`attached_verdict`], pure).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
