@@ -43,6 +43,9 @@ pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     validation = Rule::new("!has(self.spec.runtimeClass.scheduling) || !has(self.spec.runtimeClass.scheduling.nodeSelector) || !(('containerd.x-k8s.io/' + self.metadata.name) in self.spec.runtimeClass.scheduling.nodeSelector)")
         .field_path(".spec.runtimeClass.scheduling.nodeSelector")
         .message("runtimeClass.scheduling.nodeSelector may not name the Shim's own node label containerd.x-k8s.io/<metadata.name>: shim-agent selects it (\"true\") itself, on the nodes that serve the handler"),
+    validation = Rule::new("!has(self.spec.signature) || self.spec.signature.from != 'oci' || (self.spec.fetchStrategy.type == 'oci' && has(self.spec.fetchStrategy.oci) && self.spec.fetchStrategy.oci.reference.contains('@sha256:'))")
+        .field_path(".spec.signature.from")
+        .message("signature.from: oci needs fetchStrategy.type oci with a reference pinned by digest (registry/repo@sha256:...): the signature is over that manifest"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ShimSpec {

@@ -12,8 +12,10 @@ const IN_ARTIFACT_PATH: &str = "self.size() > 0 && self.size() <= 1024 && !self.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[x_kube(
-    validation = Rule::new("has(self.bundle) != has(self.signature)")
+    validation = Rule::new("self.from == 'oci' || has(self.bundle) != has(self.signature)")
         .message("signature needs exactly one of bundle, or signature (with certificate for a keyless signature)"),
+    validation = Rule::new("self.from != 'oci' || (!has(self.signature) && !has(self.certificate) && !has(self.bundle) && !has(self.signedFile))")
+        .message("with from: oci, the signature is found attached to the artifact in its registry: signature, certificate, bundle and signedFile are not allowed"),
     validation = Rule::new("!has(self.certificate) || has(self.signature)")
         .message("signature.certificate goes with signature.signature (a bundle carries its own)"),
     validation = Rule::new("(has(self.identities) && self.identities.size() > 0) || (has(self.keys) && self.keys.size() > 0)")
@@ -25,8 +27,14 @@ const IN_ARTIFACT_PATH: &str = "self.size() > 0 && self.size() <= 1024 && !self.
 )]
 pub struct SignatureSpec {
     /// Where `signature`, `certificate` and `bundle` are: `artifact` (paths inside the
-    /// unpacked artifact, as runwasi ships a `.sig` and a `.pem` beside its shim binary) or
-    /// `url` (http, https or file:/// URLs, beside the artifact).
+    /// unpacked artifact, as runwasi ships a `.sig` and a `.pem` beside its shim binary),
+    /// `url` (http, https or file:/// URLs, beside the artifact), or `oci` (attached to the
+    /// Shim's `oci` artifact in its registry, as `cosign sign` attaches them: the tag
+    /// `sha256-<digest>.sig`, or a Sigstore bundle referring to it, found through the
+    /// referrers API or its `sha256-<digest>` tag). With `oci`, the fetch strategy must be
+    /// `oci` with a reference pinned by digest, and `signature`, `certificate`, `bundle` and
+    /// `signedFile` are not set: what is signed is the artifact's manifest (its pinned
+    /// digest), which pins the digests of its layers, and the fetch checks those.
     pub from: MaterialFrom,
     /// The file the signature is over: a path inside the artifact (runwasi signs its shim
     /// binary, not the tarball). Absent: the artifact as downloaded.
@@ -75,6 +83,9 @@ pub enum MaterialFrom {
     Artifact,
     /// URLs (`http://`, `https://`, `file:///`).
     Url,
+    /// Attached to the `oci` artifact in its registry (cosign's signature tag, or a Sigstore
+    /// bundle as an OCI 1.1 referrer).
+    Oci,
 }
 
 /// A keyless signer: an identity, exact or as a regular expression over the whole of it, and

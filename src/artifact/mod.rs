@@ -28,6 +28,8 @@ mod fetcher;
 mod format;
 mod links;
 mod oci;
+pub mod oci_attached;
+pub mod oci_signature;
 mod paths;
 mod pipeline;
 mod place;

@@ -57,13 +57,7 @@ impl Fetcher {
             return Ok(found);
         }
 
-        let hosts = registry_hosts::load(&self.registry_hosts, reference.registry())
-            .map_err(|detail| ArtifactError::RegistryHosts { detail })?;
-        let endpoints = registry_hosts::endpoints(
-            reference.resolve_registry(),
-            hosts.as_ref(),
-            src.insecure_http,
-        );
+        let endpoints = self.endpoints(&reference, src.insecure_http)?;
         let (manifest, served) = self
             .pull_manifest(&endpoints, &reference, &src.auth)
             .await?;
@@ -109,10 +103,7 @@ impl Fetcher {
         auth: &OciAuth,
     ) -> Result<(OciImageManifest, Served), ArtifactError> {
         let shown = reference.whole();
-        let auth = match auth {
-            OciAuth::Anonymous => RegistryAuth::Anonymous,
-            OciAuth::Bearer(t) => RegistryAuth::Bearer(t.clone()),
-        };
+        let auth = registry_auth(auth);
         self.with_retries(&shown, |_| {
             let (auth, shown) = (&auth, &shown);
             async move {
@@ -145,34 +136,57 @@ impl Fetcher {
         auth: &RegistryAuth,
         shown: &str,
     ) -> Result<(OciImageManifest, Client, Reference), ArtifactError> {
+        let c = self.connect(ep, reference, auth, shown).await?;
+        let (m, _) = c
+            .client
+            .pull_image_manifest(&c.at, &c.auth)
+            .await
+            .map_err(|e| c.refused(shown, e))?;
+        Ok((m, c.client, c.at))
+    }
+
+    /// A client for one host, authenticated for pulls from `reference`'s repository there:
+    /// with the node's credentials for that host unless `auth` is given.
+    pub(super) async fn connect(
+        &self,
+        ep: &Endpoint,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        shown: &str,
+    ) -> Result<Connected, ArtifactError> {
         let at = at_endpoint(reference, ep);
         let (auth, from) = match auth {
             RegistryAuth::Anonymous => self.node_auth(ep, at.repository()).await?,
             given => (given.clone(), None),
         };
-        let refused = |e: oci_client::errors::OciDistributionError| {
-            use oci_client::errors::OciDistributionError as E;
-            match (&from, &e) {
-                (Some(from), E::AuthenticationFailure(_) | E::UnauthorizedError { .. }) => {
-                    ArtifactError::CredentialsRefused {
-                        registry: ep.shown.clone(),
-                        from: from.clone(),
-                        detail: crate::text::clip(&error_chain(&e), 512),
-                    }
-                }
-                _ => map_oci(shown, e),
-            }
+        let c = Connected {
+            client: self.oci_client(ep)?,
+            at,
+            auth,
+            from,
+            host: ep.shown.clone(),
         };
-        let client = self.oci_client(ep)?;
-        client
-            .auth(&at, &auth, oci_client::RegistryOperation::Pull)
+        c.client
+            .auth(&c.at, &c.auth, oci_client::RegistryOperation::Pull)
             .await
-            .map_err(refused)?;
-        let (m, _) = client
-            .pull_image_manifest(&at, &auth)
-            .await
-            .map_err(refused)?;
-        Ok((m, client, at))
+            .map_err(|e| c.refused(shown, e))?;
+        Ok(c)
+    }
+
+    /// The hosts to ask for `reference`: containerd's mirrors for its registry, then the
+    /// registry itself.
+    pub(super) fn endpoints(
+        &self,
+        reference: &Reference,
+        insecure_http: bool,
+    ) -> Result<Vec<Endpoint>, ArtifactError> {
+        let hosts = registry_hosts::load(&self.registry_hosts, reference.registry())
+            .map_err(|detail| ArtifactError::RegistryHosts { detail })?;
+        Ok(registry_hosts::endpoints(
+            reference.resolve_registry(),
+            hosts.as_ref(),
+            insecure_http,
+        ))
     }
 
     /// The node's credentials for a host (`host[:port]/repository`): its credential
@@ -357,6 +371,47 @@ fn pick_layer(
     }
 }
 
+/// The agent's credentials for a registry, as oci-client takes them.
+pub(super) fn registry_auth(auth: &OciAuth) -> RegistryAuth {
+    match auth {
+        OciAuth::Anonymous => RegistryAuth::Anonymous,
+        OciAuth::Bearer(t) => RegistryAuth::Bearer(t.clone()),
+    }
+}
+
+/// A client authenticated for pulls from one host, and the reference there.
+pub(super) struct Connected {
+    pub client: Client,
+    /// The reference at this host.
+    pub at: Reference,
+    pub auth: RegistryAuth,
+    /// Where the node's credentials came from, when they were used.
+    from: Option<String>,
+    /// The host, as shown.
+    pub host: String,
+}
+
+impl Connected {
+    /// An oci-client error from this host: refused credentials said as such, else classified.
+    pub(super) fn refused(
+        &self,
+        shown: &str,
+        e: oci_client::errors::OciDistributionError,
+    ) -> ArtifactError {
+        use oci_client::errors::OciDistributionError as E;
+        match (&self.from, &e) {
+            (Some(from), E::AuthenticationFailure(_) | E::UnauthorizedError { .. }) => {
+                ArtifactError::CredentialsRefused {
+                    registry: self.host.clone(),
+                    from: from.clone(),
+                    detail: crate::text::clip(&error_chain(&e), 512),
+                }
+            }
+            _ => map_oci(shown, e),
+        }
+    }
+}
+
 /// `reference` at another registry host (a mirror, or `server`): same repository and pin.
 fn at_endpoint(reference: &Reference, ep: &Endpoint) -> Reference {
     let repo = reference.repository().to_string();
@@ -369,7 +424,7 @@ fn at_endpoint(reference: &Reference, ep: &Endpoint) -> Reference {
 
 /// Every host failed: one error naming each host and what it said; transient when any
 /// failure was.
-fn all_failed(shown: &str, mut failed: Vec<(String, ArtifactError)>) -> ArtifactError {
+pub(super) fn all_failed(shown: &str, mut failed: Vec<(String, ArtifactError)>) -> ArtifactError {
     if failed.len() == 1
         && let Some((_, e)) = failed.pop()
     {
@@ -400,7 +455,7 @@ fn all_failed(shown: &str, mut failed: Vec<(String, ArtifactError)>) -> Artifact
 }
 
 /// Classify an oci-client error: server errors and network trouble are transient.
-fn map_oci(shown: &str, e: oci_client::errors::OciDistributionError) -> ArtifactError {
+pub(super) fn map_oci(shown: &str, e: oci_client::errors::OciDistributionError) -> ArtifactError {
     use oci_client::errors::OciDistributionError as E;
     if let E::RequestError(r) = &e
         && let Some(url) = r.url()

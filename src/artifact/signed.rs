@@ -3,7 +3,9 @@
 //! (docs/design.md §7). Which policies apply is decided here, purely ([`plan`]): the Shim's
 //! own `signature`, and the node's `signatures` when it requires them, which a Shim can
 //! neither skip nor widen. The rest is a thin shell: the material from inside the artifact or
-//! beside it, the signed file's SHA-256 streamed from the store, the node's keys and root.
+//! beside it, the signed file's SHA-256 streamed from the store, the node's keys and root; for
+//! `from: oci`, the signatures attached to the artifact in its registry (`oci_signature.rs`),
+//! the first that passes both policies taken ([`attached_verdict`], pure).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -16,7 +18,8 @@ use crate::signature::{
     Verified,
 };
 
-use super::{ArtifactError, Fetcher, StoredArtifact};
+use super::oci_signature::{Attached, Found};
+use super::{ArtifactError, FetchSpec, Fetcher, ResolvedSource, StoredArtifact};
 
 /// Largest signature, certificate or bundle read.
 const MATERIAL_CAP: usize = 256 * 1024;
@@ -140,14 +143,32 @@ fn invalid(detail: String) -> ArtifactError {
 }
 
 impl Fetcher {
-    /// Check `stored`'s signature as `checks` say; who signed, and when.
+    /// Check `stored`'s signature as `checks` say; who signed, and when. `source` is the
+    /// Shim's fetch strategy, whose `oci` artifact carries the signatures of `from: oci`.
     pub async fn verify_signature(
         &self,
         checks: &Checks<'_>,
+        source: &FetchSpec,
         stored: &StoredArtifact,
         node: &NodeSignatures,
     ) -> Result<Verified, ArtifactError> {
         let spec = checks.spec;
+        let root = match &node.root {
+            Some(r) => r.clone(),
+            None => TrustedRoot::public_good()?,
+        };
+        if spec.from == MaterialFrom::Oci {
+            let src = match source.resolve(&self.platform, self.containerd.as_ref())? {
+                ResolvedSource::Oci(src) => src,
+                ResolvedSource::Http(_) => {
+                    return Err(invalid(
+                        "spec.signature.from: oci needs fetchStrategy.type oci".into(),
+                    ));
+                }
+            };
+            let found = self.attached_signatures(&src).await?;
+            return Ok(attached_verdict(&found, checks, &root)?);
+        }
         let (name, sha) = match &spec.signed_file {
             Some(rel) => {
                 let path = inside(&stored.dir, rel)?;
@@ -164,16 +185,7 @@ impl Fetcher {
             ),
         };
         let material = self.material(spec, &stored.dir, &name).await?;
-        let root = match &node.root {
-            Some(r) => r.clone(),
-            None => TrustedRoot::public_good()?,
-        };
-        let by_shim = signature::verify(&name, &sha, &material, &checks.shim, &root)?;
-        match &checks.node {
-            Some(trust) => signature::verify(&name, &sha, &material, trust, &root)
-                .map_err(|e| SignatureError::RefusedByNode(Box::new(e)).into()),
-            None => Ok(by_shim),
-        }
+        Ok(check_both(&name, &sha, &material, checks, &root)?)
     }
 
     /// The material as the spec says: read from the artifact's tree, or fetched beside it.
@@ -189,6 +201,9 @@ impl Fetcher {
                     let path = inside(dir, at)?;
                     read_capped(&path).map_err(|e| missing(name, what, at, &e.to_string()))
                 }
+                MaterialFrom::Oci => Err(invalid(
+                    "spec.signature.from: oci has no signature, certificate or bundle".into(),
+                )),
                 MaterialFrom::Url => {
                     self.fetch_small(at, MATERIAL_CAP)
                         .await
@@ -220,6 +235,96 @@ impl Fetcher {
             None => None,
         };
         signature::material::detached(&sig, cert.as_deref()).map_err(bad)
+    }
+}
+
+/// `m` over `sha` under the Shim's policy, and the node's when it requires signatures.
+fn check_both(
+    name: &str,
+    sha: &[u8; 32],
+    m: &Material,
+    checks: &Checks<'_>,
+    root: &TrustedRoot,
+) -> Result<Verified, SignatureError> {
+    let by_shim = signature::verify(name, sha, m, &checks.shim, root)?;
+    match &checks.node {
+        Some(trust) => signature::verify(name, sha, m, trust, root)
+            .map_err(|e| SignatureError::RefusedByNode(Box::new(e))),
+        None => Ok(by_shim),
+    }
+}
+
+/// Pure: the first signature attached to the artifact that passes [`check_both`]; else the
+/// most telling refusal: the node's refusal of one the Shim accepts, else the first one's,
+/// or [`SignatureError::Missing`] when nothing is attached.
+pub fn attached_verdict(
+    found: &Found,
+    checks: &Checks<'_>,
+    root: &TrustedRoot,
+) -> Result<Verified, SignatureError> {
+    let (mut first, mut by_node) = (None, None);
+    for a in &found.attached {
+        match check_attached(found, a, checks, root) {
+            Ok(v) => return Ok(v),
+            Err(e @ SignatureError::RefusedByNode(_)) => {
+                by_node.get_or_insert(e);
+            }
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(by_node.or(first).unwrap_or_else(|| SignatureError::Missing {
+        file: found.reference.clone(),
+        looked: format!(
+            "signature attached to manifest {} (Sigstore bundles referring to it, cosign's tag {})",
+            found.digest,
+            super::oci_attached::signature_tag(&found.digest)
+        ),
+        why: "its registry has none".into(),
+    }))
+}
+
+fn check_attached(
+    found: &Found,
+    a: &Attached,
+    checks: &Checks<'_>,
+    root: &TrustedRoot,
+) -> Result<Verified, SignatureError> {
+    let name = |at: &str| format!("{} ({at})", found.reference);
+    match a {
+        Attached::SimpleSigning {
+            at,
+            payload,
+            annotations,
+        } => {
+            let name = name(at);
+            let (sha, m) =
+                signature::simple_signing::read(&name, payload, annotations, &found.digest)?;
+            check_both(&name, &sha, &m, checks, root)
+        }
+        Attached::Bundle { at, bundle } => {
+            let name = name(at);
+            let m =
+                signature::material::bundle(bundle).map_err(|detail| SignatureError::Material {
+                    file: name.clone(),
+                    detail,
+                })?;
+            let sha = found
+                .digest
+                .strip_prefix("sha256:")
+                .and_then(|h| hex::decode(h).ok())
+                .and_then(|v| <[u8; 32]>::try_from(v).ok())
+                .ok_or_else(|| SignatureError::Material {
+                    file: name.clone(),
+                    detail: format!("the manifest digest {} is not a sha256", found.digest),
+                })?;
+            check_both(&name, &sha, &m, checks, root)
+        }
+        Attached::Unreadable { at, detail } => Err(SignatureError::Material {
+            file: name(at),
+            detail: detail.clone(),
+        }),
     }
 }
 

@@ -87,6 +87,14 @@ pub enum SignatureError {
     /// The transparency log entry does not verify, or is about other bytes.
     #[error("{file}: transparency log entry: {detail}")]
     LogEntry { file: String, detail: String },
+
+    /// A signature attached to an OCI artifact that is over another manifest.
+    #[error("{file}: the signature is over manifest {signed}, the artifact is {expected}")]
+    OtherManifest {
+        file: String,
+        signed: String,
+        expected: String,
+    },
 }
 
 impl SignatureError {
@@ -107,6 +115,7 @@ impl SignatureError {
             LogEntry { .. } => "LogEntryInvalid",
             RequiredByNode { .. } => "SignatureRequiredByNode",
             RefusedByNode(_) => "SignatureRefusedByNode",
+            OtherManifest { .. } => "SignatureMismatch",
         }
     }
 }

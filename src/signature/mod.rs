@@ -17,6 +17,7 @@ mod error;
 mod keys;
 mod log_entry;
 pub mod material;
+pub mod simple_signing;
 mod trust;
 mod trusted_root;
 mod verify;

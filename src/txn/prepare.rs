@@ -300,7 +300,7 @@ async fn fetch_verified(
     let signature = match &checks {
         Some(c) => {
             let v = fetcher
-                .verify_signature(c, &fetched, signatures)
+                .verify_signature(c, spec, &fetched, signatures)
                 .await
                 .map_err(counted)?;
             crate::telemetry::signature_checked("");

@@ -653,3 +653,18 @@ fn the_signed_example_names_runwasis_layout_and_identity() {
     );
     assert_eq!(id.issuer, "https://token.actions.githubusercontent.com");
 }
+
+#[test]
+fn the_oci_signed_example_finds_its_signature_in_the_registry_of_a_pinned_artifact() {
+    let dir = format!("{MANIFEST_DIR}/examples");
+    let text = std::fs::read_to_string(format!("{dir}/shim-signed-oci.yaml")).unwrap();
+    let shim = &parse_shims(&text, "shim-signed-oci.yaml").unwrap()[0];
+    let sig = shim.spec.signature.as_ref().unwrap();
+    assert_eq!(sig.from, shim_agent::api::signature::MaterialFrom::Oci);
+    assert_eq!(
+        (&sig.signed_file, &sig.signature, &sig.bundle),
+        (&None, &None, &None)
+    );
+    let reference = &shim.spec.fetch_strategy.oci.as_ref().unwrap().reference;
+    assert!(reference.contains("@sha256:"), "{reference}");
+}

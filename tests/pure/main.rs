@@ -55,6 +55,8 @@ mod shape;
 mod signature;
 mod signature_python;
 mod signed_install;
+mod signed_oci;
+mod signed_oci_replies;
 mod txn_blame;
 mod txn_gate;
 mod untrusted_text;

@@ -100,15 +100,7 @@ impl Registry {
         layer: &[u8],
         auth: &RegistryAuth,
     ) -> String {
-        // as the agent does before its first client (a second install is refused: fine)
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = Client::new(ClientConfig {
-            extra_root_certificates: vec![Certificate {
-                encoding: CertificateEncoding::Pem,
-                data: std::fs::read(&self.ca_pem).expect("the test CA"),
-            }],
-            ..ClientConfig::default()
-        });
+        let client = self.client();
         let reference: Reference = format!("{}/{repo}:{tag}", self.host())
             .parse()
             .expect("reference");
@@ -130,6 +122,62 @@ impl Registry {
             .fetch_manifest_digest(&reference, auth)
             .await
             .expect("the pushed manifest's digest")
+    }
+
+    fn client(&self) -> Client {
+        // as the agent does before its first client (a second install is refused: fine)
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Client::new(ClientConfig {
+            extra_root_certificates: vec![Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: std::fs::read(&self.ca_pem).expect("the test CA"),
+            }],
+            ..ClientConfig::default()
+        })
+    }
+
+    /// Push `data` as a blob of `repo`; its descriptor's digest (`sha256:<hex>`).
+    pub async fn push_blob(&self, repo: &str, data: &[u8]) -> String {
+        let digest = format!("sha256:{}", super::sha256_hex(data));
+        let reference: Reference = format!("{}/{repo}:unused", self.host())
+            .parse()
+            .expect("reference");
+        self.client()
+            .push_blob(&reference, data.to_vec(), &digest)
+            .await
+            .expect("push a blob to docker-registry");
+        digest
+    }
+
+    /// Put `manifest` at `repo:tag` as `media_type`, as is; its digest.
+    pub async fn put_manifest(
+        &self,
+        repo: &str,
+        tag: &str,
+        manifest: &[u8],
+        media_type: &str,
+    ) -> String {
+        let reference: Reference = format!("{}/{repo}:{tag}", self.host())
+            .parse()
+            .expect("reference");
+        let client = self.client();
+        client
+            .auth(
+                &reference,
+                &RegistryAuth::Anonymous,
+                oci_client::RegistryOperation::Push,
+            )
+            .await
+            .expect("auth");
+        client
+            .push_manifest_raw(
+                &reference,
+                manifest.to_vec(),
+                reqwest::header::HeaderValue::from_str(media_type).expect("a media type"),
+            )
+            .await
+            .expect("put a manifest to docker-registry");
+        format!("sha256:{}", super::sha256_hex(manifest))
     }
 
     /// The CA file's path.

@@ -157,6 +157,17 @@ pub const URLS: &str =
     "with from: url, signature, certificate and bundle must be http://, https:// or file:/// URLs";
 pub const SIGNED_FILE: &str = "signature.signedFile must be a relative path inside the artifact, without '.' or '..' segments";
 pub const KEYS: &str = "signature.keys must each be a PEM public key (-----BEGIN PUBLIC KEY-----)";
+pub const OCI_NO_MATERIAL: &str = "with from: oci, the signature is found attached to the artifact in its registry: signature, certificate, bundle and signedFile are not allowed";
+pub const OCI_ARTIFACT: &str =
+    "signature.from: oci needs fetchStrategy.type oci with a reference pinned by digest";
+
+/// The good Shim's `anonHttp` artifact as an `oci` one at `reference`.
+pub fn with_oci(with: With, reference: &str) -> String {
+    with(
+        "    type: anonymousHttp\n    anonHttp:\n      location: https://example.com/shim.tar.gz\n      sha256: 3f5a2f1b2e9e0f4ad7d3c8a57b3b1f65f9d2b0b6a1f0c2e4d6b8a0c2e4f6a8b0\n",
+        &format!("    type: oci\n    oci:\n      reference: \"{reference}\"\n"),
+    )
+}
 
 /// Every refusal of `signature`: (what, the Shim, the message).
 fn signature_refusals(with: With) -> Vec<(String, String, &'static str)> {
@@ -191,7 +202,7 @@ fn signature_refusals(with: With) -> Vec<(String, String, &'static str)> {
             KEYS,
         ),
     ];
-    cases
+    let mut out: Vec<(String, String, &'static str)> = cases
         .into_iter()
         .map(|(what, body, message)| {
             (
@@ -200,7 +211,38 @@ fn signature_refusals(with: With) -> Vec<(String, String, &'static str)> {
                 message,
             )
         })
-        .collect()
+        .collect();
+    // from: oci: the material is the registry's, the artifact a pinned oci one
+    let pinned = format!("registry.test/shims/demo@sha256:{}", "a".repeat(64));
+    let oci = |yaml: String| with_oci(&move |f: &str, t: &str| yaml.replacen(f, t, 1), &pinned);
+    for (what, rest) in [
+        ("a bundle", "bundle: b, "),
+        (
+            "a signature and certificate",
+            "signature: s, certificate: c, ",
+        ),
+        ("a signed file", "signedFile: shim, "),
+    ] {
+        let yaml = oci(with_signature(with, &format!("{{from: oci, {rest}{id}}}")));
+        out.push((
+            format!("signature: from oci with {what}"),
+            yaml,
+            OCI_NO_MATERIAL,
+        ));
+    }
+    let from_oci = format!("{{from: oci, {id}}}");
+    out.push((
+        "signature: from oci of an anonymousHttp artifact".into(),
+        with_signature(with, &from_oci),
+        OCI_ARTIFACT,
+    ));
+    let tagged = with_signature(with, &from_oci);
+    let tagged = with_oci(
+        &move |f: &str, t: &str| tagged.replacen(f, t, 1),
+        "registry.test/shims/demo:v1",
+    );
+    out.push(("signature: from oci of a tag".into(), tagged, OCI_ARTIFACT));
+    out
 }
 
 /// The rule's message on the node, the API server's own past a schema bound.
