@@ -87,6 +87,11 @@ pub enum SignatureError {
     /// The transparency log entry does not verify, or is about other bytes.
     #[error("{file}: transparency log entry: {detail}")]
     LogEntry { file: String, detail: String },
+
+    /// An RFC 3161 timestamp does not verify, stamps another signature, or is by a
+    /// timestamp authority the trusted root does not name (or not at its time).
+    #[error("{file}: RFC 3161 timestamp: {detail}")]
+    Timestamp { file: String, detail: String },
 }
 
 impl SignatureError {
@@ -105,6 +110,7 @@ impl SignatureError {
             WrongIssuer { .. } => "SignerIssuerMismatch",
             NoSignedTime { .. } => "NoSignedTime",
             LogEntry { .. } => "LogEntryInvalid",
+            Timestamp { .. } => "TimestampInvalid",
             RequiredByNode { .. } => "SignatureRequiredByNode",
             RefusedByNode(_) => "SignatureRefusedByNode",
         }

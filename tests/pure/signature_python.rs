@@ -25,9 +25,9 @@ use std::process::Command;
 use shim_agent::signature::{TrustedRoot, file_sha256, material, verify};
 
 use crate::support::sigstore::{
-    CtLog, Fulcio, GITHUB_ISSUER, Leaf, RUNWASI_IDENTITY, Rekor, SIGNED_AT, Signer,
-    client_trust_config, runwasi_trust, sigstore_bundle, trusted_root_with_ct,
-    with_inclusion_proof,
+    CtLog, Fulcio, GITHUB_ISSUER, Leaf, RUNWASI_IDENTITY, Rekor, SIGNED_AT, Signer, Tsa,
+    client_trust_config, runwasi_trust, sigstore_bundle, trusted_root_with_tsa,
+    with_inclusion_proof, with_timestamps,
 };
 
 const FILE: &str = "containerd-shim-wasmtime-v1";
@@ -49,11 +49,13 @@ fn sigstore_python(test: &str) -> Option<PathBuf> {
     python
 }
 
-/// The instance the cases are signed in: a CA, its CT log, a transparency log.
+/// The instance the cases are signed in: a CA, its CT log, a transparency log, a timestamp
+/// authority.
 struct World {
     fulcio: Fulcio,
     ct: CtLog,
     rekor: Rekor,
+    tsa: Tsa,
 }
 
 impl World {
@@ -71,6 +73,18 @@ impl World {
         let e = log.entry(signed, &sig, &signer.cert_der, "CERTIFICATE", at);
         let b = sigstore_bundle(BUNDLE_V03, signed, &sig, &signer.cert_der, Some(&e));
         with_inclusion_proof(&b, log.inclusion_proof(&e))
+    }
+
+    /// A Sigstore bundle over SHIM by `signer` with a Rekor v2-shaped entry (an inclusion
+    /// proof, no integrated time, no SET) and these RFC 3161 responses.
+    fn v2_bundle(&self, signer: &Signer, stamps: &[Vec<u8>]) -> String {
+        let sig = signer.sign(SHIM);
+        let e = self.rekor.entry_v2(SHIM, &sig, &signer.cert_der);
+        let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &signer.cert_der, Some(&e));
+        with_timestamps(
+            &with_inclusion_proof(&b, self.rekor.inclusion_proof(&e)),
+            stamps,
+        )
     }
 
     fn signer(&self, leaf: &Leaf<'_>) -> Signer {
@@ -176,6 +190,59 @@ fn cases(w: &World) -> Vec<Case> {
                 "invalid log entry: checkpoint: invalid signature",
             )),
         },
+        Case {
+            name: "a Rekor v2 entry with a timestamp",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w.rekor.entry_v2(SHIM, &sig, &good.cert_der);
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_timestamps(
+                    &with_inclusion_proof(&b, w.rekor.inclusion_proof(&e)),
+                    &[w.tsa.stamp(&sig, SIGNED_AT)],
+                )
+            },
+            refused: None,
+        },
+        Case {
+            name: "a Rekor v2 entry without a timestamp",
+            file: SHIM.to_vec(),
+            bundle: w.v2_bundle(&good, &[]),
+            // the client refuses it on reading: no promise and no timestamp to give it a time
+            refused: Some((
+                "NoSignedTime",
+                "bundle must contain an inclusion promise or signed timestamp(s)",
+            )),
+        },
+        Case {
+            // the client skips a token it cannot verify; the agent refuses it
+            name: "a Rekor v2 entry with a timestamp by an authority the root does not name",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w.rekor.entry_v2(SHIM, &sig, &good.cert_der);
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_timestamps(
+                    &with_inclusion_proof(&b, w.rekor.inclusion_proof(&e)),
+                    &[Tsa::new("rogue-tsa").stamp(&sig, SIGNED_AT)],
+                )
+            },
+            refused: Some(("TimestampInvalid", "not enough sources of verified time")),
+        },
+        Case {
+            name: "a Rekor v2 entry with a timestamp over another signature",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w.rekor.entry_v2(SHIM, &sig, &good.cert_der);
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_timestamps(
+                    &with_inclusion_proof(&b, w.rekor.inclusion_proof(&e)),
+                    &[w.tsa.stamp(&good.sign(b"another file"), SIGNED_AT)],
+                )
+            },
+            refused: Some(("TimestampInvalid", "not enough sources of verified time")),
+        },
     ]
 }
 
@@ -236,8 +303,9 @@ fn the_sigstore_python_client_agrees_with_the_agent_case_by_case() {
         fulcio: Fulcio::new("test-fulcio"),
         ct: CtLog::new(),
         rekor: Rekor::new(),
+        tsa: Tsa::new("test-tsa"),
     };
-    let root_json = trusted_root_with_ct(&[&w.fulcio], &[&w.rekor], &[&w.ct]);
+    let root_json = trusted_root_with_tsa(&[&w.fulcio], &[&w.rekor], &[&w.ct], &[&w.tsa]);
     let root = TrustedRoot::from_json(&root_json, "test root").unwrap();
     let mut failures = Vec::new();
     for case in cases(&w) {
@@ -263,9 +331,13 @@ fn the_sigstore_python_client_agrees_with_the_agent_case_by_case() {
         );
         let agreed = match (&case.refused, &agent, &python) {
             (None, Ok(()), Ok(())) => true,
-            // a verification that failed, not a client that could not start
+            // a verification that failed (or a bundle refused on reading), not a client that
+            // could not start
             (Some((reason, phrase)), Err((r, _)), Err(said)) => {
-                r == reason && said.contains("FAIL: ") && said.contains(phrase)
+                r == reason
+                    && (said.contains("FAIL: ")
+                        || said.contains("The provided bundle is malformed"))
+                    && said.contains(phrase)
             }
             _ => false,
         };

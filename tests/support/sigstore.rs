@@ -9,6 +9,11 @@
 //! leaf, [`Fulcio::signer_with_sct`]), a log entry's inclusion proof with a checkpoint the
 //! log signed ([`Rekor::inclusion_proof`]), a trusted root naming the CT log, and the client
 //! trust config that wraps that root.
+//!
+//! A timestamp authority ([`Tsa`]: a root and a leaf with the critical time-stamping key
+//! usage) signs real RFC 3161 responses over a signature; a log's Rekor v2-shaped entries
+//! ([`Rekor::entry_v2`]: `hashedrekord` 0.0.2, no integrated time, no SET) carry only an
+//! inclusion proof, so their time comes from such a timestamp.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -18,6 +23,8 @@ use rcgen::{
 };
 use sha2::{Digest, Sha256};
 use shim_agent::signature::{LogEntry, canonical_payload, key_id};
+
+pub use super::sigstore_tsa::{Tsa, rfc3339};
 
 /// The GitHub Actions issuer runwasi's certificates carry.
 pub const GITHUB_ISSUER: &str = "https://token.actions.githubusercontent.com";
@@ -333,32 +340,66 @@ impl Rekor {
             log_index: 4242,
             integrated_time: at,
             body: body.into_bytes(),
-            set: vec![],
+            ..LogEntry::default()
         };
         e.set = self.key.sign(&canonical_payload(&e)).expect("sign");
         e
     }
 
-    /// The inclusion proof of `e` (protobuf JSON, as a Sigstore bundle carries it) in a tree
-    /// of that one entry, with the checkpoint this log signed for the tree: a signed note
-    /// (origin, size, root hash; then `— name base64(key id[..4] ‖ signature)`).
+    /// A Rekor v2-shaped entry: a `hashedrekord` 0.0.2 body for `sig` over `file` by the
+    /// certificate `cert_der`, no integrated time, no SET (its proof: [`Rekor::inclusion_proof`]).
+    pub fn entry_v2(&self, file: &[u8], sig: &[u8], cert_der: &[u8]) -> LogEntry {
+        let body = serde_json::json!({
+            "apiVersion": "0.0.2",
+            "kind": "hashedrekord",
+            "spec": {"hashedRekordV002": {
+                "data": {"algorithm": "SHA2_256", "digest": STANDARD.encode(Sha256::digest(file))},
+                "signature": {
+                    "content": STANDARD.encode(sig),
+                    "verifier": {
+                        "x509Certificate": {"rawBytes": STANDARD.encode(cert_der)},
+                        "keyDetails": "PKIX_ECDSA_P256_SHA_256"
+                    }
+                }
+            }}
+        });
+        LogEntry {
+            log_id: self.log_id(),
+            log_index: 2,
+            integrated_time: 0,
+            body: body.to_string().into_bytes(),
+            ..LogEntry::default()
+        }
+    }
+
+    /// The inclusion proof of `e` (protobuf JSON, as a Sigstore bundle carries it) as the
+    /// third leaf of a tree of three (the first two are other entries), with the checkpoint
+    /// this log signed for the tree: a signed note (origin, size, root hash; then `— name
+    /// base64(key id[..4] ‖ signature)`).
     pub fn inclusion_proof(&self, e: &LogEntry) -> serde_json::Value {
-        // RFC 6962 §2.1: a leaf's hash is SHA-256(0x00 ‖ entry); a tree of one leaf has it as root
-        let mut leaf = vec![0u8];
-        leaf.extend_from_slice(&e.body);
-        let root = Sha256::digest(&leaf);
-        let note = format!("rekor.test - 4242\n1\n{}\n", STANDARD.encode(root));
+        // RFC 6962 §2.1: a leaf's hash is SHA-256(0x00 ‖ entry), a node's SHA-256(0x01 ‖ l ‖ r)
+        let leaf = |data: &[u8]| Sha256::digest([&[0u8][..], data].concat()).to_vec();
+        let node = |l: &[u8], r: &[u8]| Sha256::digest([&[1u8][..], l, r].concat()).to_vec();
+        let left = node(&leaf(b"entry 0"), &leaf(b"entry 1"));
+        let root = node(&left, &leaf(&e.body));
+        serde_json::json!({
+            "logIndex": "2",
+            "rootHash": STANDARD.encode(&root),
+            "treeSize": "3",
+            "hashes": [STANDARD.encode(&left)],
+            "checkpoint": {"envelope": self.checkpoint(3, &root)}
+        })
+    }
+
+    /// The checkpoint this log signs for a tree of `size` with `root`.
+    pub fn checkpoint(&self, size: u64, root: &[u8]) -> String {
+        let note = format!("rekor.test - 4242\n{size}\n{}\n", STANDARD.encode(root));
         let mut signature = self.log_id()[..4].to_vec();
         signature.extend(self.key.sign(note.as_bytes()).expect("sign"));
-        serde_json::json!({
-            "logIndex": "0",
-            "rootHash": STANDARD.encode(root),
-            "treeSize": "1",
-            "hashes": [],
-            "checkpoint": {
-                "envelope": format!("{note}\n\u{2014} rekor.test {}\n", STANDARD.encode(signature))
-            }
-        })
+        format!(
+            "{note}\n\u{2014} rekor.test {}\n",
+            STANDARD.encode(signature)
+        )
     }
 }
 
@@ -366,6 +407,15 @@ impl Rekor {
 pub fn with_inclusion_proof(bundle: &str, proof: serde_json::Value) -> String {
     let mut b: serde_json::Value = serde_json::from_str(bundle).expect("a bundle");
     b["verificationMaterial"]["tlogEntries"][0]["inclusionProof"] = proof;
+    b.to_string()
+}
+
+/// `bundle` with these RFC 3161 responses (DER) in its timestamp verification data.
+pub fn with_timestamps(bundle: &str, responses: &[Vec<u8>]) -> String {
+    let mut b: serde_json::Value = serde_json::from_str(bundle).expect("a bundle");
+    b["verificationMaterial"]["timestampVerificationData"] = serde_json::json!({
+        "rfc3161Timestamps": responses.iter().map(|r| serde_json::json!({"signedTimestamp": STANDARD.encode(r)})).collect::<Vec<_>>()
+    });
     b.to_string()
 }
 
@@ -407,6 +457,17 @@ pub fn trusted_root(cas: &[&Fulcio], logs: &[&Rekor]) -> String {
 
 /// A trusted root naming these authorities, logs and CT logs, trusted from 2020 on.
 pub fn trusted_root_with_ct(cas: &[&Fulcio], logs: &[&Rekor], cts: &[&CtLog]) -> String {
+    trusted_root_with_tsa(cas, logs, cts, &[])
+}
+
+/// A trusted root naming these authorities, logs, CT logs and timestamp authorities, the
+/// first three trusted from 2020 on, each timestamp authority for its `valid_for`.
+pub fn trusted_root_with_tsa(
+    cas: &[&Fulcio],
+    logs: &[&Rekor],
+    cts: &[&CtLog],
+    tsas: &[&Tsa],
+) -> String {
     let start = "2020-01-01T00:00:00Z";
     serde_json::json!({
         "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
@@ -428,7 +489,12 @@ pub fn trusted_root_with_ct(cas: &[&Fulcio], logs: &[&Rekor], cts: &[&CtLog]) ->
             "publicKey": {"rawBytes": STANDARD.encode(c.spki()), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": start}},
             "logId": {"keyId": STANDARD.encode(key_id(&c.spki()))}
         })).collect::<Vec<_>>(),
-        "timestampAuthorities": []
+        "timestampAuthorities": tsas.iter().map(|t| serde_json::json!({
+            "subject": {"organization": "shim-agent tests", "commonName": "tsa.test"},
+            "uri": "https://tsa.test",
+            "certChain": {"certificates": t.chain().iter().map(|d| serde_json::json!({"rawBytes": STANDARD.encode(d)})).collect::<Vec<_>>()},
+            "validFor": {"start": rfc3339(t.valid_for.0), "end": rfc3339(t.valid_for.1)}
+        })).collect::<Vec<_>>()
     })
     .to_string()
 }
@@ -505,14 +571,24 @@ pub fn sigstore_bundle(
         serde_json::json!({"certificate": cert})
     };
     vm["tlogEntries"] = match entry {
-        Some(e) => serde_json::json!([{
-            "logIndex": e.log_index.to_string(),
-            "logId": {"keyId": STANDARD.encode(&e.log_id)},
-            "kindVersion": {"kind": "hashedrekord", "version": "0.0.1"},
-            "integratedTime": e.integrated_time.to_string(),
-            "inclusionPromise": {"signedEntryTimestamp": STANDARD.encode(&e.set)},
-            "canonicalizedBody": STANDARD.encode(&e.body)
-        }]),
+        Some(e) => {
+            let body: serde_json::Value = serde_json::from_slice(&e.body).expect("a body");
+            let mut t = serde_json::json!({
+                "logIndex": e.log_index.to_string(),
+                "logId": {"keyId": STANDARD.encode(&e.log_id)},
+                "kindVersion": {"kind": "hashedrekord", "version": body["apiVersion"]},
+                "canonicalizedBody": STANDARD.encode(&e.body)
+            });
+            // Rekor v2: no integrated time; an entry without a SET: no promise
+            if e.integrated_time != 0 {
+                t["integratedTime"] = e.integrated_time.to_string().into();
+            }
+            if !e.set.is_empty() {
+                t["inclusionPromise"] =
+                    serde_json::json!({"signedEntryTimestamp": STANDARD.encode(&e.set)});
+            }
+            serde_json::json!([t])
+        }
         None => serde_json::json!([]),
     };
     serde_json::json!({
