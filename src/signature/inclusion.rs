@@ -179,4 +179,47 @@ mod tests {
         assert!(root_from_path(&proof(4, vec![n03, n03]), l[4]).is_err());
         assert!(root_from_path(&proof(4, vec![]), l[4]).is_err());
     }
+
+    /// RFC 6962 §2.1: the tree head of `leaves` and the audit path of leaf `m`, by the
+    /// recursive definitions (the largest power of two below n splits the tree).
+    fn reference(leaves: &[[u8; 32]], m: usize) -> ([u8; 32], Vec<[u8; 32]>) {
+        if leaves.len() == 1 {
+            return (leaves[0], vec![]);
+        }
+        let k = leaves.len().next_power_of_two() / 2;
+        let (left, right) = leaves.split_at(k);
+        let (l, r) = (
+            reference(left, m.min(k - 1)).0,
+            reference(right, m.saturating_sub(k)).0,
+        );
+        let mut path = if m < k {
+            reference(left, m).1
+        } else {
+            reference(right, m - k).1
+        };
+        path.push(if m < k { r } else { l });
+        (node(&l, &r), path)
+    }
+
+    #[test]
+    fn every_leaf_of_trees_up_to_33_verifies_and_no_other_leaf_does() {
+        let all: Vec<[u8; 32]> = (0..33).map(leaf).collect();
+        for size in 1..=all.len() {
+            for m in 0..size {
+                let (root, path) = reference(&all[..size], m);
+                let proof = InclusionProof {
+                    log_index: i64::try_from(m).unwrap(),
+                    tree_size: i64::try_from(size).unwrap(),
+                    root_hash: root.to_vec(),
+                    hashes: path.iter().map(|h| h.to_vec()).collect(),
+                    checkpoint: String::new(),
+                };
+                assert_eq!(root_from_path(&proof, all[m]), Ok(root), "{m} of {size}");
+                let other = all[(m + 1) % size];
+                if size > 1 {
+                    assert_ne!(root_from_path(&proof, other), Ok(root), "{m} of {size}");
+                }
+            }
+        }
+    }
 }

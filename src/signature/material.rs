@@ -225,6 +225,9 @@ struct MessageDigest {
     digest: String,
 }
 
+/// At most this many timestamps are checked, as the Sigstore clients cap them.
+const MAX_TIMESTAMPS: usize = 32;
+
 const SIGSTORE_BUNDLES: [&str; 4] = [
     "application/vnd.dev.sigstore.bundle+json;version=0.1",
     "application/vnd.dev.sigstore.bundle+json;version=0.2",
@@ -270,7 +273,14 @@ fn sigstore_bundle(v: serde_json::Value) -> Result<Material, String> {
     let timestamps = vm
         .timestamp_verification_data
         .map(|t| t.rfc3161_timestamps)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    if timestamps.len() > MAX_TIMESTAMPS {
+        return Err(format!(
+            "it holds {} RFC 3161 timestamps, more than {MAX_TIMESTAMPS}",
+            timestamps.len()
+        ));
+    }
+    let timestamps = timestamps
         .iter()
         .map(|t| b64(&t.signed_timestamp, "rfc3161Timestamps.signedTimestamp"))
         .collect::<Result<Vec<_>, _>>()?;

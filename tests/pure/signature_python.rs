@@ -14,12 +14,18 @@
 //! every case (tests/support/sigstore.rs): a signed certificate timestamp embedded in the
 //! leaf, by a CT log the trusted root names (`ctlogs`); and in the bundle's log entry an
 //! inclusion proof with a checkpoint the log signed, beside the inclusion promise (the
-//! signed entry timestamp, which gives the signed time and which both check). The client
+//! signed entry timestamp, which gives the signed time and which both check). Cases with a
+//! Rekor v2-shaped entry (inclusion proof only) take their time from an RFC 3161 timestamp of
+//! a timestamp authority the root names (`timestampAuthorities`); a token the client cannot
+//! verify it skips (then finds no time), where the agent refuses the token itself. The client
 //! reads only Sigstore bundles offline, so the cases are v0.3 Sigstore bundles (what cosign
 //! 3 and the Sigstore clients write): the cosign 2.x bundle and the `.sig`/`.pem` the agent
 //! also reads have no counterpart here.
 
 use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use std::process::Command;
 
 use shim_agent::signature::{TrustedRoot, file_sha256, material, verify};
@@ -188,6 +194,62 @@ fn cases(w: &World) -> Vec<Case> {
             refused: Some((
                 "LogEntryInvalid",
                 "invalid log entry: checkpoint: invalid signature",
+            )),
+        },
+        Case {
+            // integratedTime is outside the tree: without the SET, no signed time
+            name: "a Rekor v1 entry with only its inclusion proof",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let mut e = w
+                    .rekor
+                    .entry(SHIM, &sig, &good.cert_der, "CERTIFICATE", SIGNED_AT);
+                let proof = w.rekor.inclusion_proof(&e);
+                e.set.clear();
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_inclusion_proof(&b, proof)
+            },
+            refused: Some((
+                "NoSignedTime",
+                "bundle must contain an inclusion promise or signed timestamp(s)",
+            )),
+        },
+        Case {
+            name: "a Rekor v1 entry whose audit path leads to another root",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w
+                    .rekor
+                    .entry(SHIM, &sig, &good.cert_der, "CERTIFICATE", SIGNED_AT);
+                let mut proof = w.rekor.inclusion_proof(&e);
+                proof["hashes"][0] = STANDARD.encode([0u8; 32]).into();
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_inclusion_proof(&b, proof)
+            },
+            refused: Some((
+                "LogEntryInvalid",
+                "invalid log entry: inclusion proof contains invalid root hash",
+            )),
+        },
+        Case {
+            // signed by the log, for another tree than the proof's
+            name: "a Rekor v1 entry whose checkpoint is of another root",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w
+                    .rekor
+                    .entry(SHIM, &sig, &good.cert_der, "CERTIFICATE", SIGNED_AT);
+                let mut proof = w.rekor.inclusion_proof(&e);
+                proof["checkpoint"]["envelope"] = w.rekor.checkpoint(3, &[7u8; 32]).into();
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_inclusion_proof(&b, proof)
+            },
+            refused: Some((
+                "LogEntryInvalid",
+                "Inclusion proof contains invalid root hash signature",
             )),
         },
         Case {

@@ -184,6 +184,9 @@ fn a_tampered_or_malformed_timestamp_is_refused_and_nothing_panics() {
             "RFC 3161 timestamp",
         );
     }
+    // more than the Sigstore clients check
+    let many = material::bundle(w.v2_bundle(&vec![good.clone(); 33]).as_bytes()).unwrap_err();
+    assert!(many.contains("33 RFC 3161 timestamps"), "{many}");
     // the TSTInfo changed after signing: its signed digest no longer matches
     let mut t = good.clone();
     let at = t.windows(15).position(|win| win.ends_with(b"Z")).unwrap();
