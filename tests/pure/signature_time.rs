@@ -313,3 +313,56 @@ fn a_rekor_v2_entry_about_another_signature_or_certificate_is_refused() {
         refused(&w, &b, "LogEntryInvalid", says);
     }
 }
+
+#[test]
+fn hostile_proofs_checkpoints_and_timestamps_are_errors_never_panics() {
+    let w = world();
+    let real = w.v2_bundle(&[w.tsa.stamp(&w.sig, SIGNED_AT)]);
+    let mut inputs: Vec<Vec<u8>> = (0..real.len())
+        .step_by(5)
+        .map(|n| real.as_bytes()[..n].to_vec())
+        .collect();
+    let edits: [(&str, serde_json::Value); 12] = [
+        ("/inclusionProof/logIndex", "-1".into()),
+        ("/inclusionProof/treeSize", "9223372036854775807".into()),
+        ("/inclusionProof/treeSize", "0".into()),
+        ("/inclusionProof/hashes", serde_json::json!(["AA==", "!!"])),
+        (
+            "/inclusionProof/hashes",
+            serde_json::json!(vec!["AA=="; 70]),
+        ),
+        ("/inclusionProof/rootHash", "".into()),
+        ("/inclusionProof/checkpoint/envelope", "".into()),
+        ("/inclusionProof/checkpoint/envelope", "\n\n".into()),
+        (
+            "/inclusionProof/checkpoint/envelope",
+            "é\n3\n—\n\n— é AAAA\n— x ////\n".into(),
+        ),
+        (
+            "/inclusionProof/checkpoint/envelope",
+            "\u{2014}\n\n\u{2014} \u{2014} \u{2014}".into(),
+        ),
+        ("/logId/keyId", "AAAA".into()),
+        ("/canonicalizedBody", "e30=".into()),
+    ];
+    for (at, value) in edits {
+        let mut b: serde_json::Value = serde_json::from_str(&real).unwrap();
+        let entry = &mut b["verificationMaterial"]["tlogEntries"][0];
+        let path: Vec<&str> = at.trim_start_matches('/').split('/').collect();
+        let mut slot = entry;
+        for p in &path {
+            slot = &mut slot[*p];
+        }
+        *slot = value;
+        inputs.push(b.to_string().into_bytes());
+    }
+    for input in &inputs {
+        if let Ok(m) = material::bundle(input) {
+            assert!(
+                verify(FILE, &file_sha256(SHIM), &m, &runwasi_trust(), &w.root()).is_err(),
+                "{}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+}

@@ -31,6 +31,7 @@ pub mod runtime_classes;
 pub mod shim_builder;
 pub mod shim_cases;
 pub mod sigstore;
+pub mod sigstore_rekor;
 pub mod sigstore_tsa;
 pub mod tls;
 
