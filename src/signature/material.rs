@@ -191,7 +191,9 @@ struct ProofDoc {
     tree_size: serde_json::Value,
     #[serde(default)]
     hashes: Vec<String>,
-    checkpoint: Envelope,
+    /// Absent in some v0.1 bundles (Rekor's checkpoints came later).
+    #[serde(default)]
+    checkpoint: Option<Envelope>,
 }
 
 #[derive(Deserialize)]
@@ -243,6 +245,7 @@ fn sigstore_bundle(v: serde_json::Value) -> Result<Material, String> {
             crate::text::clip(media_type, 128)
         ));
     }
+    let v01 = media_type.ends_with("version=0.1");
     let b: SigstoreBundle =
         serde_json::from_value(v).map_err(|e| format!("not a Sigstore bundle: {e}"))?;
     let m = b
@@ -269,7 +272,11 @@ fn sigstore_bundle(v: serde_json::Value) -> Result<Material, String> {
         None => None,
     };
     // the first entry: the Sigstore clients write one; a bad one is refused, not skipped
-    let log_entry = vm.tlog_entries.first().map(tlog_entry).transpose()?;
+    let log_entry = vm
+        .tlog_entries
+        .first()
+        .map(|e| tlog_entry(e, v01))
+        .transpose()?;
     let timestamps = vm
         .timestamp_verification_data
         .map(|t| t.rfc3161_timestamps)
@@ -294,7 +301,9 @@ fn sigstore_bundle(v: serde_json::Value) -> Result<Material, String> {
     })
 }
 
-fn tlog_entry(e: &TlogEntry) -> Result<LogEntry, String> {
+/// A bundle's log entry; `v01`: of a v0.1 bundle, whose inclusion proof without a
+/// checkpoint is not read (as the Sigstore clients do), where a later bundle's is refused.
+fn tlog_entry(e: &TlogEntry, v01: bool) -> Result<LogEntry, String> {
     let set = match &e.inclusion_promise {
         Some(p) => b64(
             &p.signed_entry_timestamp,
@@ -303,6 +312,12 @@ fn tlog_entry(e: &TlogEntry) -> Result<LogEntry, String> {
         None => vec![],
     };
     let proof = match &e.inclusion_proof {
+        Some(ProofDoc {
+            checkpoint: None, ..
+        }) if v01 => None,
+        Some(ProofDoc {
+            checkpoint: None, ..
+        }) => return Err("tlogEntries.inclusionProof: no checkpoint".into()),
         Some(p) => Some(InclusionProof {
             log_index: int64(&p.log_index, "inclusionProof.logIndex")?,
             tree_size: int64(&p.tree_size, "inclusionProof.treeSize")?,
@@ -312,7 +327,11 @@ fn tlog_entry(e: &TlogEntry) -> Result<LogEntry, String> {
                 .iter()
                 .map(|h| b64(h, "inclusionProof.hashes"))
                 .collect::<Result<_, _>>()?,
-            checkpoint: p.checkpoint.envelope.clone(),
+            checkpoint: p
+                .checkpoint
+                .as_ref()
+                .map(|c| c.envelope.clone())
+                .unwrap_or_default(),
         }),
         None => None,
     };

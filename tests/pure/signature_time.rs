@@ -366,3 +366,20 @@ fn hostile_proofs_checkpoints_and_timestamps_are_errors_never_panics() {
         }
     }
 }
+
+#[test]
+fn a_proof_without_checkpoint_is_not_read_in_a_v0_1_bundle_and_refused_in_later_ones() {
+    let w = world();
+    let e = w
+        .rekor
+        .entry(SHIM, &w.sig, &w.signer.cert_der, "CERTIFICATE", SIGNED_AT);
+    let mut proof = w.rekor.inclusion_proof(&e);
+    proof.as_object_mut().unwrap().remove("checkpoint");
+    let v01 = "application/vnd.dev.sigstore.bundle+json;version=0.1";
+    let old = sigstore_bundle(v01, SHIM, &w.sig, &w.signer.cert_der, Some(&e));
+    let v = check(&w, &with_inclusion_proof(&old, proof.clone())).unwrap();
+    assert_eq!(v.time_source, Some(TimeSource::Log));
+    let new = sigstore_bundle(V03, SHIM, &w.sig, &w.signer.cert_der, Some(&e));
+    let said = material::bundle(with_inclusion_proof(&new, proof).as_bytes()).unwrap_err();
+    assert!(said.contains("no checkpoint"), "{said}");
+}
