@@ -383,3 +383,48 @@ fn a_proof_without_checkpoint_is_not_read_in_a_v0_1_bundle_and_refused_in_later_
     let said = material::bundle(with_inclusion_proof(&new, proof).as_bytes()).unwrap_err();
     assert!(said.contains("no checkpoint"), "{said}");
 }
+
+#[test]
+fn a_real_rekor_v2_bundle_of_sigstores_staging_instance_verifies_at_its_timestamp() {
+    use shim_agent::signature::{SignedBy, Subject, Trust, TrustedIdentity};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/sigstore/staging-rekor-v2");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let root = TrustedRoot::from_json(
+        &String::from_utf8(read("trusted_root.json")).unwrap(),
+        "staging",
+    )
+    .unwrap();
+    let file = read("staging-rekor-v2.txt");
+    let m = material::bundle(&read("staging-rekor-v2.txt.sigstore.json")).unwrap();
+    assert!(
+        m.log_entry
+            .as_ref()
+            .is_some_and(|e| e.set.is_empty() && e.proof.is_some())
+    );
+    let trust = Trust {
+        identities: vec![TrustedIdentity {
+            subject: Subject::Exact("jku@goto.fi".into()),
+            issuer: "https://github.com/login/oauth".into(),
+        }],
+        ..Trust::default()
+    };
+    let v = verify(
+        "staging-rekor-v2.txt",
+        &file_sha256(&file),
+        &m,
+        &trust,
+        &root,
+    )
+    .unwrap();
+    assert!(
+        matches!(v.signed_by, SignedBy::Identity { ref identity, .. } if identity == "jku@goto.fi")
+    );
+    // 2025-06-09T11:57:38Z, the token's genTime
+    assert_eq!(
+        (v.signed_time, v.time_source),
+        (Some(1_749_470_258), Some(TimeSource::TimestampAuthority))
+    );
+    // another file's digest: refused
+    assert!(verify("x", &file_sha256(b"x"), &m, &trust, &root).is_err());
+}
