@@ -107,7 +107,12 @@ pub fn verify(token: &[u8], signature: &[u8], root: &TrustedRoot) -> Result<i64,
     }
     let gen_time = i64::try_from(tst.gen_time.to_unix_duration().as_secs())
         .map_err(|_| "its genTime is out of range".to_string())?;
-    let (signed_attrs, sig, sig_hash) = signer(&sd, &tst_der)?;
+    let Signer {
+        sid,
+        signed_attrs,
+        sig,
+        sig_hash,
+    } = signer(&sd, &tst_der)?;
     if root.timestamp_authorities.is_empty() {
         return Err("the trusted root names no timestamp authority".into());
     }
@@ -129,13 +134,9 @@ pub fn verify(token: &[u8], signature: &[u8], root: &TrustedRoot) -> Result<i64,
             .filter_map(|a| a.chain.first())
             .collect(),
     };
-    let sid = match &sd.signer_infos.0.as_slice() {
-        [si] => &si.sid,
-        _ => return Err("it has no single signer".into()),
-    };
     let leaf = candidates
         .into_iter()
-        .filter(|der| names_signer(der, sid))
+        .filter(|der| names_signer(der, &sid))
         .find(|der| {
             certificate::public_key(der)
                 .and_then(|spki| PublicKey::from_spki(&spki))
@@ -206,9 +207,18 @@ fn read(token: &[u8]) -> Result<(SignedData, Vec<u8>, TstInfo), String> {
     Ok((sd, tst_der, tst))
 }
 
-/// The one signer's signed attributes (DER, what it signed), its signature and the hash
-/// that signature was made over, once its attributes name a TSTInfo and carry its hash.
-fn signer(sd: &SignedData, tst_der: &[u8]) -> Result<(Vec<u8>, Vec<u8>, EcdsaHash), String> {
+/// The token's one signer, once its signed attributes name a TSTInfo and carry its hash.
+struct Signer {
+    /// Which certificate it names.
+    sid: SignerIdentifier,
+    /// Its signed attributes (DER): what it signed.
+    signed_attrs: Vec<u8>,
+    sig: Vec<u8>,
+    /// The hash its signature was made over.
+    sig_hash: EcdsaHash,
+}
+
+fn signer(sd: &SignedData, tst_der: &[u8]) -> Result<Signer, String> {
     let [si] = sd.signer_infos.0.as_slice() else {
         return Err(format!(
             "it has {} signers, expected one",
@@ -250,7 +260,12 @@ fn signer(sd: &SignedData, tst_der: &[u8]) -> Result<(Vec<u8>, Vec<u8>, EcdsaHas
     let signed = attrs
         .to_der()
         .map_err(|e| format!("its signed attributes: {e}"))?;
-    Ok((signed, si.signature.as_bytes().to_vec(), sig_hash))
+    Ok(Signer {
+        sid: si.sid.clone(),
+        signed_attrs: signed,
+        sig: si.signature.as_bytes().to_vec(),
+        sig_hash,
+    })
 }
 
 /// Whether the certificate `der` is the one the signer identifier names (by issuer and
