@@ -11,10 +11,13 @@ use x509_cert::der::{Decode, Encode};
 use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::ext::pkix::name::GeneralName;
 
-use super::trusted_root::{TrustedRoot, shown_time};
+use super::trusted_root::{CertificateAuthority, TrustedRoot, shown_time};
 
 /// id-kp-codeSigning (1.3.6.1.5.5.7.3.3), DER content octets.
 const CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
+
+/// id-kp-timeStamping (1.3.6.1.5.5.7.3.8), DER content octets.
+const TIME_STAMPING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x08];
 
 /// Fulcio's OIDC issuer extensions: v2 (a DER UTF8String) and v1 (the raw string).
 const ISSUER_V2: &str = "1.3.6.1.4.1.57264.1.8";
@@ -87,17 +90,58 @@ pub fn verify_chain(
     root: &TrustedRoot,
     at: i64,
 ) -> Result<(), ChainError> {
+    chain_to(leaf, extra, &root.authorities, at, Usage::CodeSigning)
+}
+
+/// The extended key usage a chain is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// id-kp-codeSigning: a signing certificate (Fulcio's).
+    CodeSigning,
+    /// id-kp-timeStamping: a timestamp authority's certificate.
+    TimeStamping,
+}
+
+impl Usage {
+    fn oid(self) -> &'static [u8] {
+        match self {
+            Usage::CodeSigning => CODE_SIGNING,
+            Usage::TimeStamping => TIME_STAMPING,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Usage::CodeSigning => "code signing (no id-kp-codeSigning",
+            Usage::TimeStamping => "time-stamping (no id-kp-timeStamping",
+        }
+    }
+}
+
+/// Check that `leaf` chains, at time `at`, to one of `authorities` valid then, through its
+/// chain and `extra`, with the extended key usage `usage`.
+pub fn chain_to(
+    leaf: &[u8],
+    extra: &[Vec<u8>],
+    authorities: &[CertificateAuthority],
+    at: i64,
+    usage: Usage,
+) -> Result<(), ChainError> {
     let leaf_der = CertificateDer::from(leaf);
     let ee = webpki::EndEntityCert::try_from(&leaf_der)
         .map_err(|e| ChainError::Untrusted(format!("cannot read the certificate: {e}")))?;
     let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
         u64::try_from(at).unwrap_or(0),
     ));
+    let kind = match usage {
+        Usage::CodeSigning => "certificate authority",
+        Usage::TimeStamping => "timestamp authority",
+    };
     let mut last = format!(
-        "no certificate authority of the trusted root is valid at {}",
+        "no {kind} of the trusted root is valid at {}",
         shown_time(at)
     );
-    for ca in root.authorities.iter().filter(|a| a.valid_for.contains(at)) {
+    for ca in authorities.iter().filter(|a| a.valid_for.contains(at)) {
         let Some((anchor_der, inter)) = ca.chain.split_last() else {
             continue;
         };
@@ -119,7 +163,7 @@ pub fn verify_chain(
             &[anchor],
             &intermediates,
             time,
-            webpki::KeyUsage::required(CODE_SIGNING),
+            webpki::KeyUsage::required(usage.oid()),
             None,
             None,
         ) {
@@ -127,17 +171,17 @@ pub fn verify_chain(
             Err(webpki::Error::CertExpired { .. } | webpki::Error::CertNotValidYet { .. }) => {
                 return Err(ChainError::Expired { at });
             }
-            Err(e) => last = describe(&e, &ca.uri),
+            Err(e) => last = describe(&e, &ca.uri, usage),
         }
     }
     Err(ChainError::Untrusted(last))
 }
 
-fn describe(e: &webpki::Error, ca: &str) -> String {
+fn describe(e: &webpki::Error, ca: &str, usage: Usage) -> String {
     match e {
         webpki::Error::UnknownIssuer => format!("it is not issued by {ca} (unknown issuer)"),
         webpki::Error::RequiredEkuNotFoundContext(_) => {
-            "it is not for code signing (no id-kp-codeSigning extended key usage)".into()
+            format!("it is not for {} extended key usage)", usage.name())
         }
         other => format!("{other:?} (against {ca})"),
     }

@@ -95,6 +95,10 @@ pub enum SignatureError {
         signed: String,
         expected: String,
     },
+    /// An RFC 3161 timestamp does not verify, stamps another signature, or is by a
+    /// timestamp authority the trusted root does not name (or not at its time).
+    #[error("{file}: RFC 3161 timestamp: {detail}")]
+    Timestamp { file: String, detail: String },
 }
 
 impl SignatureError {
@@ -113,6 +117,7 @@ impl SignatureError {
             WrongIssuer { .. } => "SignerIssuerMismatch",
             NoSignedTime { .. } => "NoSignedTime",
             LogEntry { .. } => "LogEntryInvalid",
+            Timestamp { .. } => "TimestampInvalid",
             RequiredByNode { .. } => "SignatureRequiredByNode",
             RefusedByNode(_) => "SignatureRefusedByNode",
             OtherManifest { .. } => "SignatureMismatch",

@@ -83,6 +83,33 @@ impl PublicKey {
     }
 }
 
+/// The hash an ECDSA signature was made over (a CMS signer says which, apart from its curve).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EcdsaHash {
+    Sha256,
+    Sha384,
+}
+
+impl PublicKey {
+    /// Whether `sig` (ASN.1 DER) is this ECDSA key's signature over `message` hashed with
+    /// `hash`, on P-256 or P-384 (a timestamp authority's). Other keys: false.
+    pub fn verifies_ecdsa(&self, message: &[u8], sig: &[u8], hash: EcdsaHash) -> bool {
+        let Ok((kind, point)) = kind(&self.spki) else {
+            return false;
+        };
+        let alg: &'static dyn VerificationAlgorithm = match (kind, hash) {
+            (Kind::P256, EcdsaHash::Sha256) => &signature::ECDSA_P256_SHA256_ASN1,
+            (Kind::P256, EcdsaHash::Sha384) => &signature::ECDSA_P256_SHA384_ASN1,
+            (Kind::P384, EcdsaHash::Sha256) => &signature::ECDSA_P384_SHA256_ASN1,
+            (Kind::P384, EcdsaHash::Sha384) => &signature::ECDSA_P384_SHA384_ASN1,
+            (Kind::Ed25519, _) => return false,
+        };
+        UnparsedPublicKey::new(alg, point)
+            .verify(message, sig)
+            .is_ok()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     P256,

@@ -5,7 +5,8 @@
 //! - a cosign bundle (`cosign sign-blob --bundle`, cosign 1.x and 2.x): `base64Signature`,
 //!   `cert`, and `rekorBundle`, the log's signed entry timestamp.
 //! - a Sigstore bundle (v0.1 to v0.3, cosign 3 and the Sigstore clients): a message signature
-//!   and its verification material, with transparency log entries.
+//!   and its verification material: a transparency log entry (with its signed entry
+//!   timestamp, its inclusion proof, or both) and RFC 3161 timestamps.
 //!
 //! All of it is untrusted text: every failure is an error that says what was wrong.
 
@@ -14,6 +15,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 
 use super::certificate::from_pem;
+use super::inclusion::InclusionProof;
 use super::log_entry::LogEntry;
 
 /// What verifies a signature over one file.
@@ -28,6 +30,8 @@ pub struct Material {
     pub log_entry: Option<LogEntry>,
     /// The digest a Sigstore bundle says it signs (SHA-256), checked against the file.
     pub message_sha256: Option<Vec<u8>>,
+    /// RFC 3161 timestamp tokens over the signature (DER), from a Sigstore bundle.
+    pub timestamps: Vec<Vec<u8>>,
 }
 
 /// A `.sig` and, for keyless, its `.pem`.
@@ -105,6 +109,7 @@ fn cosign_bundle(v: serde_json::Value) -> Result<Material, String> {
                 &r.signed_entry_timestamp,
                 "rekorBundle.SignedEntryTimestamp",
             )?,
+            proof: None,
         }),
         None => None,
     };
@@ -114,6 +119,7 @@ fn cosign_bundle(v: serde_json::Value) -> Result<Material, String> {
         chain: vec![],
         log_entry,
         message_sha256: None,
+        timestamps: vec![],
     })
 }
 
@@ -134,6 +140,21 @@ struct VerificationMaterial {
     certificate: Option<Raw>,
     #[serde(default)]
     tlog_entries: Vec<TlogEntry>,
+    #[serde(default)]
+    timestamp_verification_data: Option<TimestampData>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TimestampData {
+    #[serde(default)]
+    rfc3161_timestamps: Vec<SignedTimestamp>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SignedTimestamp {
+    signed_timestamp: String,
 }
 
 #[derive(Deserialize)]
@@ -152,10 +173,32 @@ struct Raw {
 struct TlogEntry {
     log_index: serde_json::Value,
     log_id: LogId,
-    integrated_time: serde_json::Value,
+    /// Absent or 0 in a Rekor v2 entry.
+    #[serde(default)]
+    integrated_time: Option<serde_json::Value>,
     #[serde(default)]
     inclusion_promise: Option<Promise>,
+    #[serde(default)]
+    inclusion_proof: Option<ProofDoc>,
     canonicalized_body: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProofDoc {
+    log_index: serde_json::Value,
+    root_hash: String,
+    tree_size: serde_json::Value,
+    #[serde(default)]
+    hashes: Vec<String>,
+    /// Absent in some v0.1 bundles (Rekor's checkpoints came later).
+    #[serde(default)]
+    checkpoint: Option<Envelope>,
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    envelope: String,
 }
 
 #[derive(Deserialize)]
@@ -184,6 +227,9 @@ struct MessageDigest {
     digest: String,
 }
 
+/// At most this many timestamps are checked, as the Sigstore clients cap them.
+const MAX_TIMESTAMPS: usize = 32;
+
 const SIGSTORE_BUNDLES: [&str; 4] = [
     "application/vnd.dev.sigstore.bundle+json;version=0.1",
     "application/vnd.dev.sigstore.bundle+json;version=0.2",
@@ -199,6 +245,7 @@ fn sigstore_bundle(v: serde_json::Value) -> Result<Material, String> {
             crate::text::clip(media_type, 128)
         ));
     }
+    let v01 = media_type.ends_with("version=0.1");
     let b: SigstoreBundle =
         serde_json::from_value(v).map_err(|e| format!("not a Sigstore bundle: {e}"))?;
     let m = b
@@ -224,22 +271,39 @@ fn sigstore_bundle(v: serde_json::Value) -> Result<Material, String> {
         }
         None => None,
     };
+    // the first entry: the Sigstore clients write one; a bad one is refused, not skipped
     let log_entry = vm
         .tlog_entries
-        .iter()
-        .find(|e| e.inclusion_promise.is_some())
-        .map(tlog_entry)
+        .first()
+        .map(|e| tlog_entry(e, v01))
         .transpose()?;
+    let timestamps = vm
+        .timestamp_verification_data
+        .map(|t| t.rfc3161_timestamps)
+        .unwrap_or_default();
+    if timestamps.len() > MAX_TIMESTAMPS {
+        return Err(format!(
+            "it holds {} RFC 3161 timestamps, more than {MAX_TIMESTAMPS}",
+            timestamps.len()
+        ));
+    }
+    let timestamps = timestamps
+        .iter()
+        .map(|t| b64(&t.signed_timestamp, "rfc3161Timestamps.signedTimestamp"))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Material {
         signature: b64(&m.signature, "messageSignature.signature")?,
         certificate,
         chain: certs,
         log_entry,
         message_sha256,
+        timestamps,
     })
 }
 
-fn tlog_entry(e: &TlogEntry) -> Result<LogEntry, String> {
+/// A bundle's log entry; `v01`: of a v0.1 bundle, whose inclusion proof without a
+/// checkpoint is not read (as the Sigstore clients do), where a later bundle's is refused.
+fn tlog_entry(e: &TlogEntry, v01: bool) -> Result<LogEntry, String> {
     let set = match &e.inclusion_promise {
         Some(p) => b64(
             &p.signed_entry_timestamp,
@@ -247,12 +311,40 @@ fn tlog_entry(e: &TlogEntry) -> Result<LogEntry, String> {
         )?,
         None => vec![],
     };
+    let proof = match &e.inclusion_proof {
+        Some(ProofDoc {
+            checkpoint: None, ..
+        }) if v01 => None,
+        Some(ProofDoc {
+            checkpoint: None, ..
+        }) => return Err("tlogEntries.inclusionProof: no checkpoint".into()),
+        Some(p) => Some(InclusionProof {
+            log_index: int64(&p.log_index, "inclusionProof.logIndex")?,
+            tree_size: int64(&p.tree_size, "inclusionProof.treeSize")?,
+            root_hash: b64(&p.root_hash, "inclusionProof.rootHash")?,
+            hashes: p
+                .hashes
+                .iter()
+                .map(|h| b64(h, "inclusionProof.hashes"))
+                .collect::<Result<_, _>>()?,
+            checkpoint: p
+                .checkpoint
+                .as_ref()
+                .map(|c| c.envelope.clone())
+                .unwrap_or_default(),
+        }),
+        None => None,
+    };
     Ok(LogEntry {
         log_id: b64(&e.log_id.key_id, "tlogEntries.logId.keyId")?,
         log_index: int64(&e.log_index, "tlogEntries.logIndex")?,
-        integrated_time: int64(&e.integrated_time, "tlogEntries.integratedTime")?,
+        integrated_time: match &e.integrated_time {
+            Some(t) => int64(t, "tlogEntries.integratedTime")?,
+            None => 0,
+        },
         body: b64(&e.canonicalized_body, "tlogEntries.canonicalizedBody")?,
         set,
+        proof,
     })
 }
 

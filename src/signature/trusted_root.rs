@@ -1,6 +1,7 @@
-//! The trusted root: the certificate authorities that issue signing certificates (Fulcio)
-//! and the transparency logs whose signed entries give a signature its time (Rekor), each
-//! with the period it may be trusted for. Read from Sigstore's `trusted_root.json` format
+//! The trusted root: the certificate authorities that issue signing certificates (Fulcio),
+//! the transparency logs whose signed entries give a signature its time (Rekor), and the
+//! timestamp authorities whose RFC 3161 tokens give it a time too, each with the period it
+//! may be trusted for. Read from Sigstore's `trusted_root.json` format
 //! (`application/vnd.dev.sigstore.trustedroot+json;version=0.1`), as the public-good
 //! instance publishes it and as a private instance or an air-gapped copy is written.
 
@@ -27,7 +28,8 @@ impl Validity {
     }
 }
 
-/// A certificate authority: its chain (DER), the issuing certificate first, the root last.
+/// A certificate authority, or a timestamp authority: its chain (DER), the issuing (or
+/// time-stamping) certificate first, the root last.
 #[derive(Debug, Clone)]
 pub struct CertificateAuthority {
     pub uri: String,
@@ -48,6 +50,8 @@ pub struct TransparencyLog {
 pub struct TrustedRoot {
     pub authorities: Vec<CertificateAuthority>,
     pub logs: Vec<TransparencyLog>,
+    /// Timestamp authorities (RFC 3161): the time-stamping certificate first, the root last.
+    pub timestamp_authorities: Vec<CertificateAuthority>,
 }
 
 #[derive(Deserialize)]
@@ -58,6 +62,8 @@ struct RootDoc {
     tlogs: Vec<TlogDoc>,
     #[serde(default)]
     certificate_authorities: Vec<CaDoc>,
+    #[serde(default)]
+    timestamp_authorities: Vec<CaDoc>,
 }
 
 #[derive(Deserialize)]
@@ -132,28 +138,10 @@ impl TrustedRoot {
                 crate::text::clip(&doc.media_type, 128)
             )));
         }
-        let mut authorities = Vec::new();
-        for (i, ca) in doc.certificate_authorities.into_iter().enumerate() {
-            let chain = ca
-                .cert_chain
-                .certificates
-                .iter()
-                .map(|c| b64(&c.raw_bytes))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| bad(format!("certificateAuthorities[{i}]: {e}")))?;
-            if chain.is_empty() {
-                return Err(bad(format!(
-                    "certificateAuthorities[{i}] has no certificate"
-                )));
-            }
-            let valid_for = validity(&ca.valid_for)
-                .map_err(|e| bad(format!("certificateAuthorities[{i}].validFor: {e}")))?;
-            authorities.push(CertificateAuthority {
-                uri: ca.uri,
-                chain,
-                valid_for,
-            });
-        }
+        let authorities =
+            read_authorities(doc.certificate_authorities, "certificateAuthorities").map_err(bad)?;
+        let timestamp_authorities =
+            read_authorities(doc.timestamp_authorities, "timestampAuthorities").map_err(bad)?;
         let mut logs = Vec::new();
         for (i, t) in doc.tlogs.into_iter().enumerate() {
             let spki = b64(&t.public_key.raw_bytes).map_err(|e| bad(format!("tlogs[{i}]: {e}")))?;
@@ -175,13 +163,42 @@ impl TrustedRoot {
         if authorities.is_empty() && logs.is_empty() {
             return Err(bad("it names no certificate authority and no log".into()));
         }
-        Ok(TrustedRoot { authorities, logs })
+        Ok(TrustedRoot {
+            authorities,
+            logs,
+            timestamp_authorities,
+        })
     }
 
     /// The log with this key id (SHA-256 of its key), if the root trusts one.
     pub fn log(&self, key_id: &[u8]) -> Option<&TransparencyLog> {
         self.logs.iter().find(|l| l.key_id == key_id)
     }
+}
+
+/// The authorities of a `certificateAuthorities` or `timestampAuthorities` list (`field`).
+fn read_authorities(docs: Vec<CaDoc>, field: &str) -> Result<Vec<CertificateAuthority>, String> {
+    let mut authorities = Vec::new();
+    for (i, ca) in docs.into_iter().enumerate() {
+        let chain = ca
+            .cert_chain
+            .certificates
+            .iter()
+            .map(|c| b64(&c.raw_bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{field}[{i}]: {e}"))?;
+        if chain.is_empty() {
+            return Err(format!("{field}[{i}] has no certificate"));
+        }
+        let valid_for =
+            validity(&ca.valid_for).map_err(|e| format!("{field}[{i}].validFor: {e}"))?;
+        authorities.push(CertificateAuthority {
+            uri: ca.uri,
+            chain,
+            valid_for,
+        });
+    }
+    Ok(authorities)
 }
 
 /// SHA-256 of a public key's DER: a log's key id, a key's fingerprint.

@@ -9,6 +9,7 @@ use super::certificate::{self, ChainError};
 use super::keys::PublicKey;
 use super::log_entry::{self, About};
 use super::material::Material;
+use super::timestamp;
 use super::trust::Trust;
 use super::trusted_root::{TrustedRoot, shown_time};
 
@@ -30,14 +31,25 @@ impl std::fmt::Display for SignedBy {
     }
 }
 
+/// Where a signed time comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// A transparency log entry's signed entry timestamp.
+    Log,
+    /// A timestamp authority's RFC 3161 token.
+    TimestampAuthority,
+}
+
 /// A verified signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     pub signed_by: SignedBy,
-    /// The signed time (Unix seconds) from a transparency log entry; `None`: no signed time
-    /// was checked (a keyed signature without an entry, or a keyless one the policy accepts
-    /// without).
+    /// The signed time (Unix seconds) from a transparency log entry's signed entry timestamp
+    /// or, without one, a timestamp authority's token; `None`: no signed time was checked (a
+    /// keyed signature without either, or a keyless one the policy accepts without).
     pub signed_time: Option<i64>,
+    /// Where the signed time comes from.
+    pub time_source: Option<TimeSource>,
     /// The log entry's index, when there was one.
     pub log_index: Option<i64>,
 }
@@ -98,15 +110,13 @@ fn keyed(
         .iter()
         .find(|k| k.verifies_file(file, &m.signature))
         .ok_or_else(untrusted)?;
-    let signed_time = match &m.log_entry {
-        Some(e) => Some(logged(name, e, root, sha_hex, m, key.spki())?),
-        None => None,
-    };
+    let times = signed_times(name, root, sha_hex, m, key.spki())?;
     Ok(Verified {
         signed_by: SignedBy::Key {
             fingerprint: key.fingerprint(),
         },
-        signed_time,
+        signed_time: times.first().map(|t| t.0),
+        time_source: times.first().map(|t| t.1),
         log_index: m.log_entry.as_ref().map(|e| e.log_index),
     })
 }
@@ -134,55 +144,75 @@ fn keyless(
             signer: signer.identity.clone(),
         });
     }
-    let signed_time = match &m.log_entry {
-        Some(e) => Some(logged(name, e, root, sha_hex, m, cert)?),
-        None if trust.without_signed_time => None,
-        None => {
-            return Err(SignatureError::NoSignedTime {
-                file: name.to_string(),
-            });
-        }
+    let times = signed_times(name, root, sha_hex, m, cert)?;
+    if times.is_empty() && !trust.without_signed_time {
+        return Err(SignatureError::NoSignedTime {
+            file: name.to_string(),
+        });
+    }
+    // at every signed time, as the Sigstore clients do; at its start without one
+    let at: Vec<i64> = match times.is_empty() {
+        true => vec![signer.not_before],
+        false => times.iter().map(|t| t.0).collect(),
     };
-    let at = signed_time.unwrap_or(signer.not_before);
-    certificate::verify_chain(cert, &m.chain, root, at).map_err(|e| match e {
-        ChainError::Expired { at } => SignatureError::CertificateExpired {
-            file: name.to_string(),
-            signed_at: shown_time(at),
-            not_before: shown_time(signer.not_before),
-            not_after: shown_time(signer.not_after),
-        },
-        ChainError::Untrusted(detail) => SignatureError::UntrustedCertificate {
-            file: name.to_string(),
-            detail,
-        },
-    })?;
+    for at in at {
+        certificate::verify_chain(cert, &m.chain, root, at).map_err(|e| match e {
+            ChainError::Expired { at } => SignatureError::CertificateExpired {
+                file: name.to_string(),
+                signed_at: shown_time(at),
+                not_before: shown_time(signer.not_before),
+                not_after: shown_time(signer.not_after),
+            },
+            ChainError::Untrusted(detail) => SignatureError::UntrustedCertificate {
+                file: name.to_string(),
+                detail,
+            },
+        })?;
+    }
     trust.check_identity(name, &signer.identity, &signer.issuer)?;
     Ok(Verified {
         signed_by: SignedBy::Identity {
             identity: signer.identity,
             issuer: signer.issuer,
         },
-        signed_time,
+        signed_time: times.first().map(|t| t.0),
+        time_source: times.first().map(|t| t.1),
         log_index: m.log_entry.as_ref().map(|e| e.log_index),
     })
 }
 
-/// The log entry's signed time, once it verifies and is about this file, signature and signer.
-fn logged(
+/// The signed times the material proves, the log's first: its entry's, once the entry
+/// verifies (SET, inclusion proof, or both) and is about this file, signature and signer;
+/// then each timestamp's. Any of them that does not verify refuses the signature.
+fn signed_times(
     name: &str,
-    e: &log_entry::LogEntry,
     root: &TrustedRoot,
     sha_hex: &str,
     m: &Material,
     signer_der: &[u8],
-) -> Result<i64, SignatureError> {
-    let about = About {
-        file_sha256: sha_hex,
-        signature: &m.signature,
-        signer_der,
-    };
-    log_entry::verify(e, root, &about).map_err(|detail| SignatureError::LogEntry {
-        file: name.to_string(),
-        detail,
-    })
+) -> Result<Vec<(i64, TimeSource)>, SignatureError> {
+    let mut times = Vec::new();
+    if let Some(e) = &m.log_entry {
+        let about = About {
+            file_sha256: sha_hex,
+            signature: &m.signature,
+            signer_der,
+        };
+        let logged =
+            log_entry::verify(e, root, &about).map_err(|detail| SignatureError::LogEntry {
+                file: name.to_string(),
+                detail,
+            })?;
+        times.extend(logged.map(|t| (t, TimeSource::Log)));
+    }
+    for token in &m.timestamps {
+        let t = timestamp::verify(token, &m.signature, root).map_err(|detail| {
+            SignatureError::Timestamp {
+                file: name.to_string(),
+                detail,
+            }
+        })?;
+        times.push((t, TimeSource::TimestampAuthority));
+    }
+    Ok(times)
 }

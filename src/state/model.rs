@@ -191,8 +191,8 @@ pub struct SignatureRecord {
     /// The OIDC issuer that vouched for the identity (keyless).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
-    /// Unix time of the signed time (a transparency log entry's); absent: no signed time
-    /// was checked.
+    /// Unix time of the signed time (a transparency log entry's, or a timestamp authority's
+    /// RFC 3161 token's); absent: no signed time was checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed_time: Option<i64>,
     /// Whether the node's own policy (`signatures.require`) checked it too.
@@ -211,7 +211,9 @@ impl SignatureRecord {
             .signed_time
             .and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t).ok())
         {
-            Some(t) => format!("signed at {t} (a transparency log entry)"),
+            Some(t) => {
+                format!("signed at {t} (as a transparency log or timestamp authority signed)")
+            }
             None => "with no signed time checked".to_string(),
         };
         let node = if self.node_policy {

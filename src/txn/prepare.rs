@@ -254,6 +254,7 @@ fn signature_record(checks: &Checks<'_>, v: Verified) -> SignatureRecord {
         file = checks.spec.signed_file.as_deref().unwrap_or("the artifact"),
         %signed_by,
         signed_time = ?v.signed_time,
+        time_source = ?v.time_source,
         node_policy = checks.node.is_some(),
         "signature verified"
     );

@@ -54,6 +54,7 @@ mod runtime_class;
 mod shape;
 mod signature;
 mod signature_python;
+mod signature_time;
 mod signed_install;
 mod signed_oci;
 mod signed_oci_replies;

@@ -14,20 +14,26 @@
 //! every case (tests/support/sigstore.rs): a signed certificate timestamp embedded in the
 //! leaf, by a CT log the trusted root names (`ctlogs`); and in the bundle's log entry an
 //! inclusion proof with a checkpoint the log signed, beside the inclusion promise (the
-//! signed entry timestamp, which gives the signed time and which both check). The client
+//! signed entry timestamp, which gives the signed time and which both check). Cases with a
+//! Rekor v2-shaped entry (inclusion proof only) take their time from an RFC 3161 timestamp of
+//! a timestamp authority the root names (`timestampAuthorities`); a token the client cannot
+//! verify it skips (then finds no time), where the agent refuses the token itself. The client
 //! reads only Sigstore bundles offline, so the cases are v0.3 Sigstore bundles (what cosign
 //! 3 and the Sigstore clients write): the cosign 2.x bundle and the `.sig`/`.pem` the agent
 //! also reads have no counterpart here.
 
 use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use std::process::Command;
 
 use shim_agent::signature::{TrustedRoot, file_sha256, material, verify};
 
 use crate::support::sigstore::{
-    CtLog, Fulcio, GITHUB_ISSUER, Leaf, RUNWASI_IDENTITY, Rekor, SIGNED_AT, Signer,
-    client_trust_config, runwasi_trust, sigstore_bundle, trusted_root_with_ct,
-    with_inclusion_proof,
+    CtLog, Fulcio, GITHUB_ISSUER, Leaf, RUNWASI_IDENTITY, Rekor, SIGNED_AT, Signer, Tsa,
+    client_trust_config, runwasi_trust, sigstore_bundle, trusted_root_with_tsa,
+    with_inclusion_proof, with_timestamps,
 };
 
 const FILE: &str = "containerd-shim-wasmtime-v1";
@@ -49,11 +55,13 @@ fn sigstore_python(test: &str) -> Option<PathBuf> {
     python
 }
 
-/// The instance the cases are signed in: a CA, its CT log, a transparency log.
+/// The instance the cases are signed in: a CA, its CT log, a transparency log, a timestamp
+/// authority.
 struct World {
     fulcio: Fulcio,
     ct: CtLog,
     rekor: Rekor,
+    tsa: Tsa,
 }
 
 impl World {
@@ -71,6 +79,18 @@ impl World {
         let e = log.entry(signed, &sig, &signer.cert_der, "CERTIFICATE", at);
         let b = sigstore_bundle(BUNDLE_V03, signed, &sig, &signer.cert_der, Some(&e));
         with_inclusion_proof(&b, log.inclusion_proof(&e))
+    }
+
+    /// A Sigstore bundle over SHIM by `signer` with a Rekor v2-shaped entry (an inclusion
+    /// proof, no integrated time, no SET) and these RFC 3161 responses.
+    fn v2_bundle(&self, signer: &Signer, stamps: &[Vec<u8>]) -> String {
+        let sig = signer.sign(SHIM);
+        let e = self.rekor.entry_v2(SHIM, &sig, &signer.cert_der);
+        let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &signer.cert_der, Some(&e));
+        with_timestamps(
+            &with_inclusion_proof(&b, self.rekor.inclusion_proof(&e)),
+            stamps,
+        )
     }
 
     fn signer(&self, leaf: &Leaf<'_>) -> Signer {
@@ -176,6 +196,115 @@ fn cases(w: &World) -> Vec<Case> {
                 "invalid log entry: checkpoint: invalid signature",
             )),
         },
+        Case {
+            // integratedTime is outside the tree: without the SET, no signed time
+            name: "a Rekor v1 entry with only its inclusion proof",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let mut e = w
+                    .rekor
+                    .entry(SHIM, &sig, &good.cert_der, "CERTIFICATE", SIGNED_AT);
+                let proof = w.rekor.inclusion_proof(&e);
+                e.set.clear();
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_inclusion_proof(&b, proof)
+            },
+            refused: Some((
+                "NoSignedTime",
+                "bundle must contain an inclusion promise or signed timestamp(s)",
+            )),
+        },
+        Case {
+            name: "a Rekor v1 entry whose audit path leads to another root",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w
+                    .rekor
+                    .entry(SHIM, &sig, &good.cert_der, "CERTIFICATE", SIGNED_AT);
+                let mut proof = w.rekor.inclusion_proof(&e);
+                proof["hashes"][0] = STANDARD.encode([0u8; 32]).into();
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_inclusion_proof(&b, proof)
+            },
+            refused: Some((
+                "LogEntryInvalid",
+                "invalid log entry: inclusion proof contains invalid root hash",
+            )),
+        },
+        Case {
+            // signed by the log, for another tree than the proof's
+            name: "a Rekor v1 entry whose checkpoint is of another root",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w
+                    .rekor
+                    .entry(SHIM, &sig, &good.cert_der, "CERTIFICATE", SIGNED_AT);
+                let mut proof = w.rekor.inclusion_proof(&e);
+                proof["checkpoint"]["envelope"] = w.rekor.checkpoint(3, &[7u8; 32]).into();
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_inclusion_proof(&b, proof)
+            },
+            refused: Some((
+                "LogEntryInvalid",
+                "Inclusion proof contains invalid root hash signature",
+            )),
+        },
+        Case {
+            name: "a Rekor v2 entry with a timestamp",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w.rekor.entry_v2(SHIM, &sig, &good.cert_der);
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_timestamps(
+                    &with_inclusion_proof(&b, w.rekor.inclusion_proof(&e)),
+                    &[w.tsa.stamp(&sig, SIGNED_AT)],
+                )
+            },
+            refused: None,
+        },
+        Case {
+            name: "a Rekor v2 entry without a timestamp",
+            file: SHIM.to_vec(),
+            bundle: w.v2_bundle(&good, &[]),
+            // the client refuses it on reading: no promise and no timestamp to give it a time
+            refused: Some((
+                "NoSignedTime",
+                "bundle must contain an inclusion promise or signed timestamp(s)",
+            )),
+        },
+        Case {
+            // the client skips a token it cannot verify; the agent refuses it
+            name: "a Rekor v2 entry with a timestamp by an authority the root does not name",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w.rekor.entry_v2(SHIM, &sig, &good.cert_der);
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_timestamps(
+                    &with_inclusion_proof(&b, w.rekor.inclusion_proof(&e)),
+                    &[Tsa::new("rogue-tsa").stamp(&sig, SIGNED_AT)],
+                )
+            },
+            refused: Some(("TimestampInvalid", "not enough sources of verified time")),
+        },
+        Case {
+            name: "a Rekor v2 entry with a timestamp over another signature",
+            file: SHIM.to_vec(),
+            bundle: {
+                let sig = good.sign(SHIM);
+                let e = w.rekor.entry_v2(SHIM, &sig, &good.cert_der);
+                let b = sigstore_bundle(BUNDLE_V03, SHIM, &sig, &good.cert_der, Some(&e));
+                with_timestamps(
+                    &with_inclusion_proof(&b, w.rekor.inclusion_proof(&e)),
+                    &[w.tsa.stamp(&good.sign(b"another file"), SIGNED_AT)],
+                )
+            },
+            refused: Some(("TimestampInvalid", "not enough sources of verified time")),
+        },
     ]
 }
 
@@ -236,8 +365,9 @@ fn the_sigstore_python_client_agrees_with_the_agent_case_by_case() {
         fulcio: Fulcio::new("test-fulcio"),
         ct: CtLog::new(),
         rekor: Rekor::new(),
+        tsa: Tsa::new("test-tsa"),
     };
-    let root_json = trusted_root_with_ct(&[&w.fulcio], &[&w.rekor], &[&w.ct]);
+    let root_json = trusted_root_with_tsa(&[&w.fulcio], &[&w.rekor], &[&w.ct], &[&w.tsa]);
     let root = TrustedRoot::from_json(&root_json, "test root").unwrap();
     let mut failures = Vec::new();
     for case in cases(&w) {
@@ -263,9 +393,13 @@ fn the_sigstore_python_client_agrees_with_the_agent_case_by_case() {
         );
         let agreed = match (&case.refused, &agent, &python) {
             (None, Ok(()), Ok(())) => true,
-            // a verification that failed, not a client that could not start
+            // a verification that failed (or a bundle refused on reading), not a client that
+            // could not start
             (Some((reason, phrase)), Err((r, _)), Err(said)) => {
-                r == reason && said.contains("FAIL: ") && said.contains(phrase)
+                r == reason
+                    && (said.contains("FAIL: ")
+                        || said.contains("The provided bundle is malformed"))
+                    && said.contains(phrase)
             }
             _ => false,
         };

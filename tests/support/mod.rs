@@ -31,6 +31,8 @@ pub mod runtime_classes;
 pub mod shim_builder;
 pub mod shim_cases;
 pub mod sigstore;
+pub mod sigstore_rekor;
+pub mod sigstore_tsa;
 pub mod tls;
 
 /// The one way a test that needs an env (the kube env, the node env) says it cannot run here:

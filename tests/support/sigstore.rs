@@ -1,13 +1,14 @@
 //! Sigstore parts made in the test, nothing from the network: a private CA playing Fulcio
 //! (a root and an intermediate; leaves with the signer's identity in the subject alternative
 //! name, Fulcio's issuer extension, the code-signing key usage, a ten-minute validity), a
-//! log playing Rekor (its key signs entries' timestamps, as Rekor's SET), and the files
+//! log playing Rekor ([`Rekor`], tests/support/sigstore_rekor.rs: its key signs entries'
+//! timestamps, as Rekor's SET, and the checkpoints of its inclusion proofs), a timestamp
+//! authority ([`Tsa`], tests/support/sigstore_tsa.rs: real RFC 3161 responses), and the files
 //! publishers ship: `.sig`/`.pem`, cosign bundles, Sigstore bundles, a trusted root.
 //!
 //! For the Sigstore project's own client (tests/pure/signature_python.rs), which needs more
 //! than the agent checks: a CT log playing Fulcio's (its key signs the SCT embedded in a
-//! leaf, [`Fulcio::signer_with_sct`]), a log entry's inclusion proof with a checkpoint the
-//! log signed ([`Rekor::inclusion_proof`]), a trusted root naming the CT log, and the client
+//! leaf, [`Fulcio::signer_with_sct`]), a trusted root naming the CT log, and the client
 //! trust config that wraps that root.
 
 use base64::Engine;
@@ -17,7 +18,10 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, SanType, SigningKey,
 };
 use sha2::{Digest, Sha256};
-use shim_agent::signature::{LogEntry, canonical_payload, key_id};
+use shim_agent::signature::{LogEntry, key_id};
+
+pub use super::sigstore_rekor::Rekor;
+pub use super::sigstore_tsa::{Tsa, rfc3339};
 
 /// The GitHub Actions issuer runwasi's certificates carry.
 pub const GITHUB_ISSUER: &str = "https://token.actions.githubusercontent.com";
@@ -291,81 +295,19 @@ impl CtLog {
     }
 }
 
-/// A transparency log: its key signs entries' timestamps.
-pub struct Rekor {
-    key: KeyPair,
-}
-
-impl Default for Rekor {
-    fn default() -> Self {
-        Rekor::new()
-    }
-}
-
-impl Rekor {
-    pub fn new() -> Rekor {
-        Rekor {
-            key: KeyPair::generate().expect("key"),
-        }
-    }
-
-    pub fn spki(&self) -> Vec<u8> {
-        rcgen::PublicKeyData::subject_public_key_info(&self.key)
-    }
-
-    pub fn log_id(&self) -> Vec<u8> {
-        key_id(&self.spki())
-    }
-
-    /// An entry for `sig` over `file` by the signer whose certificate (or key) is `signer_der`
-    /// (`pem_tag`: CERTIFICATE or PUBLIC KEY), integrated at `at`, with its signed timestamp.
-    pub fn entry(
-        &self,
-        file: &[u8],
-        sig: &[u8],
-        signer_der: &[u8],
-        pem_tag: &str,
-        at: i64,
-    ) -> LogEntry {
-        let body = hashedrekord(file, sig, signer_der, pem_tag);
-        let mut e = LogEntry {
-            log_id: self.log_id(),
-            log_index: 4242,
-            integrated_time: at,
-            body: body.into_bytes(),
-            set: vec![],
-        };
-        e.set = self.key.sign(&canonical_payload(&e)).expect("sign");
-        e
-    }
-
-    /// The inclusion proof of `e` (protobuf JSON, as a Sigstore bundle carries it) in a tree
-    /// of that one entry, with the checkpoint this log signed for the tree: a signed note
-    /// (origin, size, root hash; then `— name base64(key id[..4] ‖ signature)`).
-    pub fn inclusion_proof(&self, e: &LogEntry) -> serde_json::Value {
-        // RFC 6962 §2.1: a leaf's hash is SHA-256(0x00 ‖ entry); a tree of one leaf has it as root
-        let mut leaf = vec![0u8];
-        leaf.extend_from_slice(&e.body);
-        let root = Sha256::digest(&leaf);
-        let note = format!("rekor.test - 4242\n1\n{}\n", STANDARD.encode(root));
-        let mut signature = self.log_id()[..4].to_vec();
-        signature.extend(self.key.sign(note.as_bytes()).expect("sign"));
-        serde_json::json!({
-            "logIndex": "0",
-            "rootHash": STANDARD.encode(root),
-            "treeSize": "1",
-            "hashes": [],
-            "checkpoint": {
-                "envelope": format!("{note}\n\u{2014} rekor.test {}\n", STANDARD.encode(signature))
-            }
-        })
-    }
-}
-
 /// `bundle` (a Sigstore bundle of [`sigstore_bundle`]) with `proof` added to its log entry.
 pub fn with_inclusion_proof(bundle: &str, proof: serde_json::Value) -> String {
     let mut b: serde_json::Value = serde_json::from_str(bundle).expect("a bundle");
     b["verificationMaterial"]["tlogEntries"][0]["inclusionProof"] = proof;
+    b.to_string()
+}
+
+/// `bundle` with these RFC 3161 responses (DER) in its timestamp verification data.
+pub fn with_timestamps(bundle: &str, responses: &[Vec<u8>]) -> String {
+    let mut b: serde_json::Value = serde_json::from_str(bundle).expect("a bundle");
+    b["verificationMaterial"]["timestampVerificationData"] = serde_json::json!({
+        "rfc3161Timestamps": responses.iter().map(|r| serde_json::json!({"signedTimestamp": STANDARD.encode(r)})).collect::<Vec<_>>()
+    });
     b.to_string()
 }
 
@@ -407,6 +349,17 @@ pub fn trusted_root(cas: &[&Fulcio], logs: &[&Rekor]) -> String {
 
 /// A trusted root naming these authorities, logs and CT logs, trusted from 2020 on.
 pub fn trusted_root_with_ct(cas: &[&Fulcio], logs: &[&Rekor], cts: &[&CtLog]) -> String {
+    trusted_root_with_tsa(cas, logs, cts, &[])
+}
+
+/// A trusted root naming these authorities, logs, CT logs and timestamp authorities, the
+/// first three trusted from 2020 on, each timestamp authority for its `valid_for`.
+pub fn trusted_root_with_tsa(
+    cas: &[&Fulcio],
+    logs: &[&Rekor],
+    cts: &[&CtLog],
+    tsas: &[&Tsa],
+) -> String {
     let start = "2020-01-01T00:00:00Z";
     serde_json::json!({
         "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
@@ -428,7 +381,12 @@ pub fn trusted_root_with_ct(cas: &[&Fulcio], logs: &[&Rekor], cts: &[&CtLog]) ->
             "publicKey": {"rawBytes": STANDARD.encode(c.spki()), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": start}},
             "logId": {"keyId": STANDARD.encode(key_id(&c.spki()))}
         })).collect::<Vec<_>>(),
-        "timestampAuthorities": []
+        "timestampAuthorities": tsas.iter().map(|t| serde_json::json!({
+            "subject": {"organization": "shim-agent tests", "commonName": "tsa.test"},
+            "uri": "https://tsa.test",
+            "certChain": {"certificates": t.chain().iter().map(|d| serde_json::json!({"rawBytes": STANDARD.encode(d)})).collect::<Vec<_>>()},
+            "validFor": {"start": rfc3339(t.valid_for.0), "end": rfc3339(t.valid_for.1)}
+        })).collect::<Vec<_>>()
     })
     .to_string()
 }
@@ -505,14 +463,24 @@ pub fn sigstore_bundle(
         serde_json::json!({"certificate": cert})
     };
     vm["tlogEntries"] = match entry {
-        Some(e) => serde_json::json!([{
-            "logIndex": e.log_index.to_string(),
-            "logId": {"keyId": STANDARD.encode(&e.log_id)},
-            "kindVersion": {"kind": "hashedrekord", "version": "0.0.1"},
-            "integratedTime": e.integrated_time.to_string(),
-            "inclusionPromise": {"signedEntryTimestamp": STANDARD.encode(&e.set)},
-            "canonicalizedBody": STANDARD.encode(&e.body)
-        }]),
+        Some(e) => {
+            let body: serde_json::Value = serde_json::from_slice(&e.body).expect("a body");
+            let mut t = serde_json::json!({
+                "logIndex": e.log_index.to_string(),
+                "logId": {"keyId": STANDARD.encode(&e.log_id)},
+                "kindVersion": {"kind": "hashedrekord", "version": body["apiVersion"]},
+                "canonicalizedBody": STANDARD.encode(&e.body)
+            });
+            // Rekor v2: no integrated time; an entry without a SET: no promise
+            if e.integrated_time != 0 {
+                t["integratedTime"] = e.integrated_time.to_string().into();
+            }
+            if !e.set.is_empty() {
+                t["inclusionPromise"] =
+                    serde_json::json!({"signedEntryTimestamp": STANDARD.encode(&e.set)});
+            }
+            serde_json::json!([t])
+        }
         None => serde_json::json!([]),
     };
     serde_json::json!({
