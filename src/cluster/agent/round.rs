@@ -50,7 +50,11 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let Some(read) = self.read(caches) else {
             return;
         };
-        let wanted = Wanted::new(&read.cluster, &read.statics);
+        let labels = read.node.labels().clone();
+        // the Shims that target this node: one that stops doing so is an uninstall, keyed
+        // as the static daemon keys a removed file's
+        let targeted = read.cluster.iter().filter(|s| target::targets(s, &labels));
+        let wanted = Wanted::of(targeted.chain(&read.statics));
         let now = Instant::now();
         let Opened {
             held,
@@ -67,7 +71,6 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             held: &held,
             specs,
         };
-        let labels = read.node.labels().clone();
         let mut plan = self.plan(&view, &labels, state, &planning);
         let mut current = self.unlabel(read.node.clone(), &labels, &mut plan).await;
         let facts = self.node.host_facts(state);
