@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::Shim;
 use super::extension::ShimExtension;
 use super::lease::ShimLease;
-use super::meta;
+use super::meta::meta;
 use super::rbac::{self, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT};
 
 pub use super::policies::{SHIM_WRITES_POLICY, SLOT_WRITES_POLICY};
