@@ -1,3 +1,4 @@
+use super::page::*;
 use super::*;
 
 #[test]
