@@ -1,5 +1,4 @@
 use super::page::*;
-use super::*;
 
 #[test]
 fn prose_escapes_markup_outside_code() {
