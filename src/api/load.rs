@@ -8,8 +8,8 @@
 use serde::Deserialize;
 use thiserror::Error;
 
-use super::Shim;
 use super::names::API_VERSION;
+use super::shim::Shim;
 
 /// Why a YAML document is not an acceptable Shim.
 #[derive(Debug, Error)]

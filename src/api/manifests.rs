@@ -12,11 +12,11 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::CustomResourceExt;
 use serde::Serialize;
 
-use super::Shim;
 use super::extension::ShimExtension;
 use super::lease::ShimLease;
-use super::meta;
+use super::meta::meta;
 use super::rbac::{self, COORDINATOR_SERVICE_ACCOUNT, SERVICE_ACCOUNT};
+use super::shim::Shim;
 
 pub use super::policies::{SHIM_WRITES_POLICY, SLOT_WRITES_POLICY};
 pub use super::rbac::{AGENT_GROUP, COORDINATOR_GROUP, RBAC_NAME};

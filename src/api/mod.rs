@@ -7,6 +7,7 @@ pub mod extension;
 pub mod lease;
 pub mod load;
 pub mod manifests;
+mod meta;
 pub mod names;
 pub mod policies;
 pub mod rbac;
@@ -16,21 +17,3 @@ pub mod signature;
 
 pub use runtime_class::*;
 pub use shim::*;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-/// Metadata with the project's name label.
-pub(super) fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: namespace.map(str::to_string),
-        labels: Some(
-            [(
-                "app.kubernetes.io/name".to_string(),
-                "shim-agent".to_string(),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    }
-}

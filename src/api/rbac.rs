@@ -21,7 +21,7 @@ use k8s_openapi::api::rbac::v1::{
 };
 
 use super::lease::NAMESPACE;
-use super::meta;
+use super::meta::meta;
 use super::names::GROUP;
 
 /// Group of dedicated node-agent identities (instead of the kubelet's).

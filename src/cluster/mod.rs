@@ -26,7 +26,6 @@ pub mod lease_edits;
 pub mod nodestate;
 pub mod readiness;
 pub mod reservation_hints;
-pub mod reservations;
 pub mod session;
 pub mod slots;
 pub mod target;

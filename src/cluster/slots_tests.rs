@@ -242,3 +242,27 @@ fn a_shim_created_again_under_its_name_does_not_inherit_the_old_ones_slots() {
     other.metadata.name = Some("t".into());
     assert_eq!(slot_of(&other, &lease(Some("uid-new"))), None);
 }
+
+#[test]
+fn the_coordinator_and_the_nodes_judge_few_rivals_by_the_stamps_on_the_slots() {
+    use crate::api::lease::{SLOT_COUNT, SLOT_TARGETED, ShimLease, ShimLeaseSpec};
+    use kube::ResourceExt;
+    let stamped = |count: Option<&str>, targeted: Option<&str>| {
+        let mut l = ShimLease::new("s-slot-0", ShimLeaseSpec::default());
+        if let Some(c) = count {
+            l.annotations_mut().insert(SLOT_COUNT.into(), c.into());
+        }
+        if let Some(t) = targeted {
+            l.annotations_mut().insert(SLOT_TARGETED.into(), t.into());
+        }
+        l
+    };
+    // N = 3 stamped on the one slot listed so far, 3 targeted: few, whatever was listed
+    assert!(slots_have_few_rivals(&[stamped(Some("3"), Some("3"))]));
+    // 5000 targeted, N = 250: many
+    let big = [stamped(Some("250"), Some("5000")), stamped(None, None)];
+    assert!(!slots_have_few_rivals(&big));
+    // nothing stamped (or no slot yet): few
+    assert!(slots_have_few_rivals(&[stamped(None, None)]));
+    assert!(slots_have_few_rivals(&[]));
+}

@@ -2,7 +2,7 @@
 //! something is wrong, what to do about it. `fail` is kept for what blocks installs.
 
 use super::facts::*;
-use super::{Finding, Level, check};
+use super::finding::{Finding, Level, check};
 use crate::artifact::ContainerdVersion;
 
 /// Below this much free space an install is refused by the doctor's judgement (a shim and

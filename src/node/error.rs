@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::UnitState;
+use super::unit::UnitState;
 
 /// Why a node edge failed. [`NodeError::reason`] is stable: it becomes the Shim condition's
 /// `reason` and a metric label.

@@ -21,7 +21,9 @@ use tokio::time::Instant;
 use zbus::message::Type as MessageType;
 use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant};
 
-use super::{NodeError, RestartOutcome, ServiceManager, UnitState};
+use super::error::NodeError;
+use super::ports::ServiceManager;
+use super::unit::{RestartOutcome, UnitState};
 
 const SYSTEMD_DEST: &str = "org.freedesktop.systemd1";
 const MANAGER_PATH: &str = "/org/freedesktop/systemd1";

@@ -33,11 +33,15 @@ pub struct Wanted<'a> {
 impl<'a> Wanted<'a> {
     /// The cluster's Shims (first) and the static ones, which win.
     pub fn new(cluster: &'a [Shim], statics: &'a [Shim]) -> Self {
-        let shims = cluster
-            .iter()
-            .chain(statics)
-            .map(|s| (s.name(), s))
-            .collect();
+        Self::of(cluster.iter().chain(statics))
+    }
+
+    /// These Shims, by name; of two with one name the later wins. The cluster agent passes
+    /// only the cluster's Shims that target its node, then the static ones: a Shim that no
+    /// longer targets the node is not wanted, and its change is an uninstall, as when its
+    /// file leaves `shims.d`.
+    pub fn of(shims: impl IntoIterator<Item = &'a Shim>) -> Self {
+        let shims = shims.into_iter().map(|s| (s.name(), s)).collect();
         Wanted { shims }
     }
 

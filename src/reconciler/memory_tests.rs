@@ -155,6 +155,17 @@ fn a_static_shim_wins_over_the_clusters_of_its_name() {
     assert_eq!(w.key("gone"), UNINSTALL_KEY);
 }
 
+/// The cluster agent's wanted Shims are those that target its node: one that stops doing so
+/// is keyed as an uninstall, as the static daemon keys a file gone from `shims.d`.
+#[test]
+fn a_shim_left_out_of_the_wanted_ones_is_keyed_as_an_uninstall() {
+    let cluster = [shim_at("a", "1"), shim_at("b", "1")];
+    let w = Wanted::of(cluster.iter().filter(|s| s.name() == "a"));
+    assert_eq!(w.key("a"), spec_key(&cluster[0]));
+    assert_eq!(w.key("b"), UNINSTALL_KEY);
+    assert!(w.get("b").is_none());
+}
+
 /// A Shim `name` whose spec differs by `version`.
 fn shim_at(name: &str, version: &str) -> Shim {
     let y = format!(

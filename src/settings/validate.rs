@@ -1,7 +1,7 @@
 //! The merged settings checked once more as a whole: known profiles, no zero timeouts or
 //! limits, the coordinator's timings in order, absolute paths.
 
-use super::Settings;
+use super::sections::{FetchSettings, Settings};
 
 impl Settings {
     pub(super) fn validate(&self) -> Result<(), String> {
@@ -92,7 +92,7 @@ impl Settings {
     }
 }
 
-impl super::FetchSettings {
+impl FetchSettings {
     fn validate_credentials(&self) -> Result<(), String> {
         if self.credential_provider_timeout_secs == 0 {
             return Err("fetch.credential-provider-timeout-secs must be greater than 0".into());

@@ -16,8 +16,8 @@ use shim_agent::api::Shim;
 use shim_agent::api::lease::{SLOT_CLOSED, ShimLease};
 use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::agent::gate::{GateTimings, SlotGate};
-use shim_agent::cluster::reservations::slots_have_few_rivals;
 use shim_agent::cluster::slots::SLOT_SHIM_LABEL;
+use shim_agent::cluster::slots::slots_have_few_rivals;
 use shim_agent::txn::Gate;
 
 use crate::support::agent_rig::Rig;

@@ -14,8 +14,8 @@ use shim_agent::api::lease::{SLOT_CLOSED, SLOT_RESERVATIONS_ANNOTATION, ShimLeas
 use shim_agent::cluster::NAMESPACE;
 use shim_agent::cluster::lease_edits;
 use shim_agent::cluster::reservation_hints::{Hints, parse};
-use shim_agent::cluster::reservations::slots_have_few_rivals;
 use shim_agent::cluster::slots::slot_name;
+use shim_agent::cluster::slots::slots_have_few_rivals;
 
 use crate::support::agent_rig::{Rig, cluster_node, run_agent};
 use crate::support::kube::{SERIAL, eventually};

@@ -263,6 +263,53 @@ fn a_failure_is_reported_with_its_reason_and_since_is_kept_while_the_phase_holds
     assert_eq!(st["good"].since, "earlier");
 }
 
+/// A node that failed to remove a Shim says so: the Shim no longer targets it, its uninstall
+/// was rolled back and waits its retry, and the report keeps it, failed with its reason and
+/// the digest still installed, until it is gone.
+#[test]
+fn a_failed_uninstall_stays_in_the_report_failed_and_installed_until_it_is_gone() {
+    let node = labels(&[("pool", "a")]);
+    let cluster = vec![shim("gone", &[("pool", "b")])];
+    let mut state = NodeState::default();
+    state.shims.insert(
+        "gone".into(),
+        record("gone", Origin::Cluster, ShimState::Installed),
+    );
+    let held = BTreeSet::from(["gone".to_string()]);
+    let inputs = Inputs {
+        node_labels: &node,
+        cluster: &cluster,
+        statics: &[],
+        statics_ok: true,
+        state: &state,
+        pods: &[],
+        held: &held,
+    };
+    let plan = plan_node(&inputs);
+    assert!(plan.changes.is_empty(), "held: no retry before its time");
+    let failures = BTreeMap::from([(
+        "gone".to_string(),
+        FailureNote {
+            reason: "RolledBack".into(),
+            message: "restart of containerd.service failed".into(),
+            generation: None,
+        },
+    )]);
+    let st = states_wanted(&inputs, &plan, &failures, &NodeStates::new(), "now");
+    assert_eq!(st["gone"].phase, NodePhase::Failed);
+    assert_eq!(st["gone"].reason.as_deref(), Some("RolledBack"));
+    assert_eq!(st["gone"].digest, Some("d".repeat(64)), "still installed");
+
+    let removed = NodeState::default();
+    let inputs = Inputs {
+        state: &removed,
+        ..inputs
+    };
+    let plan = plan_node(&inputs);
+    let st = states_wanted(&inputs, &plan, &failures, &NodeStates::new(), "later");
+    assert!(!st.contains_key("gone"), "uninstalled: no longer reported");
+}
+
 /// What the node verified of an installed shim reaches its report, as the coordinator reads
 /// it: the host that served it without a verified certificate, and who signed it and when.
 #[test]

@@ -1,6 +1,8 @@
 //! The CLI page: every visible command with its usage and arguments, from clap.
 
-use super::*;
+use std::fmt::Write as _;
+
+use super::page::*;
 
 pub(super) fn cli_page(mut cli: clap::Command) -> String {
     // Names every subcommand by its full name (`shim-agent containerd get`) and gives each the

@@ -1,6 +1,13 @@
 //! The config file page: every key with its type, default and description.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use super::page::*;
+use crate::settings::Settings;
 
 pub(super) fn config_page() -> anyhow::Result<String> {
     let schema = serde_json::to_value(schemars::schema_for!(Settings))?;

@@ -1,6 +1,13 @@
 //! The CRDs page: every field of each custom resource, from its OpenAPI v3 schema.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use anyhow::Context;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::page::*;
 
 pub(super) fn crd_page() -> anyhow::Result<String> {
     // the CRDs `shim-agent crd` prints, in its order

@@ -1,6 +1,11 @@
 //! The metrics page: every metric with its type, labels and help, from the exposition.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use anyhow::bail;
+
+use super::page::*;
 
 /// A series in every metric, through the functions the agent records with: prometheus-client
 /// leaves a family without series out of the exposition, `# HELP` and all. A new metric needs

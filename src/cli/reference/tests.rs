@@ -1,4 +1,4 @@
-use super::*;
+use super::page::*;
 
 #[test]
 fn prose_escapes_markup_outside_code() {

@@ -7,16 +7,21 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use kube::runtime::reflector::Store;
-use kube::{Api, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
 use super::shim_cache::spawn_shim_cache;
-use super::{Agent, Exit, ROUND_QUIET_MAX_MILLIS, ROUND_QUIET_MILLIS};
 use crate::api::Shim;
 use crate::cluster::target::PodUse;
 use crate::cluster::watch::{Tasks, listed_from_cache, spawn_reflector};
-use crate::txn::{HealthCheck, Restarter};
+
+/// Quiet time after a watch event before a round starts, so changes that arrive together
+/// share one transaction (and one restart): the round waits until nothing it reads changed for
+/// this long...
+pub const ROUND_QUIET_MILLIS: u64 = 25;
+/// ...but no longer than this after the first one.
+pub const ROUND_QUIET_MAX_MILLIS: u64 = 500;
 
 /// The caches a round reads.
 pub(super) struct Caches {
@@ -33,9 +38,9 @@ pub(super) struct Caches {
     _tasks: Tasks,
 }
 
-impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
-    pub(super) fn start_watches(&self, nudge: &mpsc::Sender<()>) -> Caches {
-        let c = &self.client;
+impl Caches {
+    /// Start the watches of `node_name`'s agent; each event that may matter nudges a round.
+    pub(super) fn start(c: &Client, node_name: &str, nudge: &mpsc::Sender<()>) -> Caches {
         // metadata only, the spec read per generation: no status write floods the nodes
         let shim_cache = spawn_shim_cache(c.clone(), nudge.clone());
         // every event of its Node nudges a round and is counted, so the slot gate sees the
@@ -43,14 +48,14 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let (node_events, node_rx) = mpsc::channel(1);
         let (node, t2) = spawn_reflector(
             Api::<KubeNode>::all(c.clone()),
-            listed_from_cache().fields(&format!("metadata.name={}", self.node_name)),
+            listed_from_cache().fields(&format!("metadata.name={node_name}")),
             "node",
             node_events,
         );
         let (node_changes, t5) = count_node_events(node_rx, nudge.clone());
         let (pods, t3) = spawn_reflector(
             Api::<Pod>::all(c.clone()),
-            listed_from_cache().fields(&format!("spec.nodeName={}", self.node_name)),
+            listed_from_cache().fields(&format!("spec.nodeName={node_name}")),
             "pods",
             nudge.clone(),
         );
@@ -74,45 +79,16 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         }
     }
 
-    /// Wait until the watches synced and this node's Node exists. Credentials that change
-    /// meanwhile (a certificate the API server refused, replaced on disk) end the wait with
-    /// [`Exit::Reconnect`].
-    pub(super) async fn wait_for_caches(
-        &self,
-        caches: &Caches,
-        shutdown: &mut tokio_watch::Receiver<bool>,
-        cred_check: &mut tokio::time::Interval,
-        credentials_changed: &mut impl FnMut() -> bool,
-    ) -> anyhow::Result<Option<Exit>> {
-        let ready = async {
-            let _ = caches.shims.wait_until_ready().await;
-            let _ = caches.pods.wait_until_ready().await;
-            let _ = caches.node.wait_until_ready().await;
-            loop {
-                if !caches.node.state().is_empty() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        };
-        let mut ready = std::pin::pin!(ready);
-        let deadline = tokio::time::sleep(self.node_wait);
-        let mut deadline = std::pin::pin!(deadline);
+    /// Until the watches synced and this node's Node exists.
+    pub(super) async fn ready(&self) {
+        let _ = self.shims.wait_until_ready().await;
+        let _ = self.pods.wait_until_ready().await;
+        let _ = self.node.wait_until_ready().await;
         loop {
-            tokio::select! {
-                _ = &mut ready => return Ok(None),
-                _ = shutdown.changed() => return Ok(Some(Exit::Shutdown)),
-                _ = cred_check.tick() => {
-                    if credentials_changed() {
-                        tracing::info!("credentials changed on disk; reconnecting");
-                        return Ok(Some(Exit::Reconnect));
-                    }
-                }
-                _ = &mut deadline => {
-                    self.not_synced_yet(caches).await?;
-                    deadline.as_mut().reset(Instant::now() + self.node_wait);
-                }
+            if !self.node.state().is_empty() {
+                return;
             }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
@@ -123,25 +99,25 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     /// permission: the watches retry with backoff, so the agent says so and keeps waiting.
     /// Exiting instead made every agent of a fleet list everything again when the API
     /// server was slow, which is what kept it slow (BENCHMARKS.md: 5000 agents).
-    async fn not_synced_yet(&self, caches: &Caches) -> anyhow::Result<()> {
-        let secs = self.node_wait.as_secs();
+    pub(super) async fn not_synced_yet(
+        &self,
+        client: &Client,
+        node_name: &str,
+        node_wait: Duration,
+    ) -> anyhow::Result<()> {
+        let secs = node_wait.as_secs();
         let set_it = "set node.name in the agent's config to this node's name in Kubernetes (`kubectl get nodes`)";
-        let node_synced = node_cache_ready(caches);
-        if node_synced && caches.node.state().is_empty() {
-            anyhow::bail!(
-                "no Node named {:?} in the cluster (waited {secs} s): {set_it}",
-                self.node_name,
-            )
+        let node_synced = node_cache_ready(self);
+        if node_synced && self.node.state().is_empty() {
+            anyhow::bail!("no Node named {node_name:?} in the cluster (waited {secs} s): {set_it}",)
         }
         if !node_synced
-            && let Err(kube::Error::Api(s)) = Api::<KubeNode>::all(self.client.clone())
-                .get(&self.node_name)
-                .await
+            && let Err(kube::Error::Api(s)) =
+                Api::<KubeNode>::all(client.clone()).get(node_name).await
             && s.code == 403
         {
             anyhow::bail!(
-                "no Node named {:?} that this identity may read (the API server refused it: a kubelet's credentials read their own Node alone, a dedicated identity needs the manifests' shim-agent-dedicated-node role): {set_it}",
-                self.node_name,
+                "no Node named {node_name:?} that this identity may read (the API server refused it: a kubelet's credentials read their own Node alone, a dedicated identity needs the manifests' shim-agent-dedicated-node role): {set_it}",
             )
         }
         tracing::warn!(

@@ -20,19 +20,19 @@
 use std::time::Duration;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, watch as tokio_watch};
 use tokio::time::Instant;
 
-use crate::api::names::FIELD_MANAGER;
 use crate::reconciler::memory::Memory;
 use crate::state::{NodeState, StateStore};
 use crate::statics::Adoption;
 use crate::txn::retain::RETAIN_CHECK_SECS;
 use crate::txn::{HealthCheck, Node, Restarter};
-use caches::{fingerprint, quiet, sleep_until_opt};
+use caches::{Caches, fingerprint, quiet, sleep_until_opt};
 use gate::{GateTimings, SlotGate};
-use reported::Reported;
+use node_sync::NodeSync;
+use outcome::Outcomes;
+use round::Rounds;
 
 mod caches;
 pub mod gate;
@@ -44,13 +44,8 @@ mod round_events;
 pub mod shim_cache;
 mod view;
 
+pub use caches::{ROUND_QUIET_MAX_MILLIS, ROUND_QUIET_MILLIS};
 pub use reported::NODE_SYNC_RETRY_SECS;
-/// Quiet time after a watch event before a round starts, so changes that arrive together
-/// share one transaction (and one restart): the round waits until nothing it reads changed for
-/// this long...
-pub const ROUND_QUIET_MILLIS: u64 = 25;
-/// ...but no longer than this after the first one.
-pub const ROUND_QUIET_MAX_MILLIS: u64 = 500;
 
 /// Why a session ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -60,7 +55,9 @@ pub enum Exit {
     Reconnect,
 }
 
-/// One agent session against one client.
+/// One agent session against one client: its settings, and the session's loop. The rounds,
+/// the watch caches, the Node's writes and the rounds' Events are each a type of the file
+/// that owns the concern (`round`, `caches`, `node_sync`, `outcome`).
 pub struct Agent<'n, 'a, R, H> {
     pub node: &'n Node<'a, R, H>,
     pub client: Client,
@@ -73,40 +70,33 @@ pub struct Agent<'n, 'a, R, H> {
     pub gate_timings: GateTimings,
     /// The startup taint this node names on its Node (`kubernetes.startup-taint`).
     pub startup_taint: Option<crate::cluster::readiness::StartupTaint>,
-    pub(super) shutdown: Option<tokio_watch::Receiver<bool>>,
-    /// What it remembers between rounds (the reconciler core's memory, as in `run` without a
-    /// cluster).
-    memory: Memory,
-    /// What it has told the cluster, and its Node writes' retry.
-    reported: Reported,
-    recorder: Recorder,
-    /// Publishes the rounds' Events in the background.
-    events: crate::events::Sender,
-    /// The round's Events, published at its end.
-    outbox: round_events::RoundEvents,
 }
 
 impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
     pub fn new(node: &'n Node<'a, R, H>, client: Client, node_name: String) -> Self {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: Some(node_name.clone()),
-        };
-        let recorder = Recorder::new(client.clone(), reporter);
         Agent {
             node,
-            events: crate::events::Sender::new(recorder.clone()),
-            recorder,
             client,
             node_name,
             node_wait: Duration::from_secs(60),
             credential_check: Duration::from_secs(super::connect::CREDENTIAL_CHECK_SECS),
             gate_timings: GateTimings::default(),
             startup_taint: None,
-            shutdown: None,
+        }
+    }
+
+    /// The rounds of this session, with an empty memory; they stop when `shutdown` turns.
+    fn rounds(&self, shutdown: &tokio_watch::Receiver<bool>) -> Rounds<'n, 'a, R, H> {
+        let (client, name) = (self.client.clone(), self.node_name.clone());
+        Rounds {
+            node: self.node,
+            gate_timings: self.gate_timings,
+            shutdown: shutdown.clone(),
             memory: Memory::default(),
-            reported: Reported::default(),
-            outbox: round_events::RoundEvents::default(),
+            sync: NodeSync::new(client.clone(), name.clone(), self.startup_taint.clone()),
+            tell: Outcomes::new(client.clone(), name.clone()),
+            client,
+            node_name: name,
         }
     }
 
@@ -120,7 +110,8 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         files: &mut mpsc::Receiver<()>,
         mut credentials_changed: impl FnMut() -> bool,
     ) -> anyhow::Result<Exit> {
-        let crashed = self.memory.count_crashes(store, state);
+        let mut rounds = self.rounds(&shutdown);
+        let crashed = rounds.memory.count_crashes(store, state);
         if !crashed.is_empty() {
             tracing::error!(shims = ?crashed, "the agent stopped during a round working on {}: counted as a crash of each", crashed.join(", "));
         }
@@ -129,7 +120,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         crate::telemetry::settled(state.shims.len(), Vec::new());
         crate::telemetry::doing(Some("connecting to the cluster".into()));
         let (nudge_tx, mut nudge) = mpsc::channel::<()>(1);
-        let caches = self.start_watches(&nudge_tx);
+        let caches = Caches::start(&self.client, &self.node_name, &nudge_tx);
         let mut cred_check = tokio::time::interval(self.credential_check);
         if let Some(exit) = self
             .wait_for_caches(
@@ -142,7 +133,7 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         {
             return Ok(exit);
         }
-        self.watching(state, &shutdown).await;
+        self.watching(state, &rounds.memory).await;
         let mut last_fp = None;
         let mut retain_due = Instant::now() + Duration::from_secs(RETAIN_CHECK_SECS);
         loop {
@@ -152,18 +143,18 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
             {
                 last_fp = None; // the node's report changes
             }
-            let due = self.next_due(state, retain_due);
+            let due = next_due(&rounds, state, retain_due);
             let timer_fired = due.is_some_and(|d| d <= Instant::now());
             let fp = fingerprint(&caches);
-            if timer_fired || last_fp != Some(fp) || self.memory.take_rerun() {
+            if timer_fired || last_fp != Some(fp) || rounds.memory.take_rerun() {
                 last_fp = Some(fp);
-                self.round(store, state, &caches).await;
-                crate::telemetry::settled(state.shims.len(), self.memory.failing());
-                if self.memory.wants_rerun() {
+                rounds.round(store, state, &caches).await;
+                crate::telemetry::settled(state.shims.len(), rounds.memory.failing());
+                if rounds.memory.wants_rerun() {
                     continue;
                 }
             }
-            let due = earliest(self.next_due(state, retain_due), adoption.next_due());
+            let due = earliest(next_due(&rounds, state, retain_due), adoption.next_due());
             tokio::select! {
                 _ = shutdown.changed() => return Ok(Exit::Shutdown),
                 Some(()) = nudge.recv() => {
@@ -186,21 +177,51 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         }
     }
 
+    /// Wait until the watches synced and this node's Node exists. Credentials that change
+    /// meanwhile (a certificate the API server refused, replaced on disk) end the wait with
+    /// [`Exit::Reconnect`].
+    async fn wait_for_caches(
+        &self,
+        caches: &Caches,
+        shutdown: &mut tokio_watch::Receiver<bool>,
+        cred_check: &mut tokio::time::Interval,
+        credentials_changed: &mut impl FnMut() -> bool,
+    ) -> anyhow::Result<Option<Exit>> {
+        let mut ready = std::pin::pin!(caches.ready());
+        let deadline = tokio::time::sleep(self.node_wait);
+        let mut deadline = std::pin::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut ready => return Ok(None),
+                _ = shutdown.changed() => return Ok(Some(Exit::Shutdown)),
+                _ = cred_check.tick() => {
+                    if credentials_changed() {
+                        tracing::info!("credentials changed on disk; reconnecting");
+                        return Ok(Some(Exit::Reconnect));
+                    }
+                }
+                _ = &mut deadline => {
+                    caches.not_synced_yet(&self.client, &self.node_name, self.node_wait).await?;
+                    deadline.as_mut().reset(Instant::now() + self.node_wait);
+                }
+            }
+        }
+    }
+
     /// The caches are filled: ready, the slots a crash left given back.
-    async fn watching(&mut self, state: &NodeState, shutdown: &tokio_watch::Receiver<bool>) {
+    async fn watching(&self, state: &NodeState, memory: &Memory) {
         tracing::info!(node = %self.node_name, "watching Shims, this Node and its pods");
         crate::telemetry::doing(None);
-        crate::telemetry::settled(state.shims.len(), self.memory.failing());
+        crate::telemetry::settled(state.shims.len(), memory.failing());
         crate::telemetry::ready();
         SlotGate::release_leftovers(self.client.clone(), &self.node_name).await;
-        self.shutdown = Some(shutdown.clone());
     }
 
     /// What is due between rounds: pre-baked shims that failed their check are checked again,
     /// replaced versions no task uses any more are collected. True when the node's report
     /// may change.
     async fn housekeep(
-        &mut self,
+        &self,
         store: &StateStore,
         state: &mut NodeState,
         adoption: &mut Adoption,
@@ -218,14 +239,6 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         Ok(changed)
     }
 
-    /// The next timer of the rounds: a failure's or a wait's retry, a failed Node write's
-    /// retry, the next check of retained versions (while there are any).
-    fn next_due(&self, state: &NodeState, retain_due: Instant) -> Option<Instant> {
-        let retained = (!state.retained.is_empty()).then_some(retain_due);
-        let other = earliest(retained, self.reported.node_sync_due());
-        self.memory.next_due(other)
-    }
-
     /// Collect the replaced versions no task uses any more; true when some went.
     fn collect_retained(&self, store: &StateStore, state: &mut NodeState) -> bool {
         let before = state.retained.clone();
@@ -234,6 +247,18 @@ impl<'n, 'a, R: Restarter, H: HealthCheck> Agent<'n, 'a, R, H> {
         }
         state.retained != before
     }
+}
+
+/// The next timer of the rounds: a failure's or a wait's retry, a failed Node write's retry,
+/// the next check of retained versions (while there are any).
+fn next_due<R, H>(
+    rounds: &Rounds<'_, '_, R, H>,
+    state: &NodeState,
+    retain: Instant,
+) -> Option<Instant> {
+    let retained = (!state.retained.is_empty()).then_some(retain);
+    let other = earliest(retained, rounds.sync.due());
+    rounds.memory.next_due(other)
 }
 
 /// The earlier of two due times, either of which may be absent.

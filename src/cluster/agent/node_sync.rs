@@ -5,44 +5,78 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
 
-use super::Agent;
+use super::reported::NodeWrites;
 use super::view::RoundView;
 use crate::api::names::{FIELD_MANAGER, STATE_ANNOTATION, node_label};
 use crate::cluster::nodestate::{self, NodeStates};
 use crate::cluster::readiness::{self, STARTUP_TAINT_ANNOTATION, StartupTaint};
 use crate::cluster::target::{self, NodePlan};
+use crate::reconciler::memory::FailureNote;
 use crate::state::{NodeState, Origin, StateStore};
-use crate::txn::{HealthCheck, Restarter};
 
-impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
-    /// Shims the cluster wants that were installed offline (or by the CLI) become the
-    /// cluster's: from now on the cluster also removes them.
-    pub(super) fn adopt_into_cluster(
-        &self,
-        store: &StateStore,
-        state: &mut NodeState,
-        view: &RoundView<'_>,
-        labels: &BTreeMap<String, String>,
-    ) {
-        let wanted: Vec<String> = target::wanted_from_cluster(&view.inputs(labels, state))
-            .iter()
-            .map(|s| s.name().to_string())
-            .collect();
-        let mut changed = false;
-        for name in wanted {
-            if let Some(rec) = state.shims.get_mut(&name)
-                && matches!(rec.origin, Origin::Offline | Origin::Cli)
-            {
-                rec.origin = Origin::Cluster;
-                changed = true;
-            }
+/// The failure notes of the reconciler core's memory, as the Node's report shows them.
+pub(super) type Notes = BTreeMap<String, FailureNote>;
+
+/// Shims the cluster wants that were installed offline (or by the CLI) become the cluster's:
+/// from now on the cluster also removes them.
+pub(super) fn adopt_into_cluster(
+    store: &StateStore,
+    state: &mut NodeState,
+    view: &RoundView<'_>,
+    labels: &BTreeMap<String, String>,
+) {
+    let wanted: Vec<String> = target::wanted_from_cluster(&view.inputs(labels, state))
+        .iter()
+        .map(|s| s.name().to_string())
+        .collect();
+    let mut changed = false;
+    for name in wanted {
+        if let Some(rec) = state.shims.get_mut(&name)
+            && matches!(rec.origin, Origin::Offline | Origin::Cli)
+        {
+            rec.origin = Origin::Cluster;
+            changed = true;
         }
-        if changed && let Err(e) = store.save(state) {
-            tracing::error!("cannot record adopted shims: {e}");
+    }
+    if changed && let Err(e) = store.save(state) {
+        tracing::error!("cannot record adopted shims: {e}");
+    }
+}
+
+/// The writes of the agent's own Node, and their retry.
+pub(super) struct NodeSync {
+    client: Client,
+    node_name: String,
+    /// The startup taint this node names on its Node.
+    startup_taint: Option<StartupTaint>,
+    writes: NodeWrites,
+}
+
+impl NodeSync {
+    pub(super) fn new(
+        client: Client,
+        node_name: String,
+        startup_taint: Option<StartupTaint>,
+    ) -> Self {
+        NodeSync {
+            client,
+            node_name,
+            startup_taint,
+            writes: NodeWrites::default(),
         }
+    }
+
+    /// When a failed Node write is tried again.
+    pub(super) fn due(&self) -> Option<Instant> {
+        self.writes.node_sync_due()
+    }
+
+    /// A Node write failed: the Node is written again later, backing off.
+    pub(super) fn write_failed(&mut self) {
+        self.writes.node_sync_failed(Instant::now());
     }
 
     /// What the Node should say: the Shims that target it, the Shim labels and the report
@@ -53,13 +87,13 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         view: &RoundView<'_>,
         state: &NodeState,
         plan: &NodePlan,
+        notes: &Notes,
     ) -> (Vec<String>, BTreeSet<String>, NodeStates) {
         let labels_now = current.labels().clone();
         let inputs = view.inputs(&labels_now, state);
-        let notes = self.memory.notes();
         let previous = nodestate::parse_states(current.metadata.annotations.as_ref());
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let states = nodestate::states_wanted(&inputs, plan, &notes, &previous, &now);
+        let states = nodestate::states_wanted(&inputs, plan, notes, &previous, &now);
         let wanted = target::wanted_from_cluster(&inputs)
             .iter()
             .map(|s| s.name().to_string())
@@ -75,8 +109,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         view: &RoundView<'_>,
         state: &NodeState,
         plan: &NodePlan,
+        notes: &Notes,
     ) -> Option<serde_json::Value> {
-        let (wanted, mut labels, states) = self.wanted_report(current, view, state, plan);
+        let (wanted, mut labels, states) = self.wanted_report(current, view, state, plan, notes);
         labels.extend(self.kept_prelabels(current, &wanted));
         let annotations = current.metadata.annotations.as_ref();
         let previous: NodeStates = nodestate::parse_states(annotations);
@@ -118,8 +153,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         view: &RoundView<'_>,
         state: &NodeState,
         plan: &NodePlan,
+        notes: &Notes,
     ) {
-        let (wanted, _, states) = self.wanted_report(current, view, state, plan);
+        let (wanted, _, states) = self.wanted_report(current, view, state, plan, notes);
         let r = readiness::readiness(&wanted, &states);
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let Some(patch) = readiness::condition_patch(current, &r, &now) else {
@@ -142,7 +178,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             ),
             Err(e) => {
                 tracing::warn!("cannot set the Node's ShimsReady condition; retrying: {e}");
-                self.reported.node_sync_failed(Instant::now());
+                self.write_failed();
             }
         }
     }
@@ -154,21 +190,23 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         view: &RoundView<'_>,
         state: &NodeState,
         plan: &NodePlan,
+        notes: &Notes,
     ) -> KubeNode {
-        let Some(patch) = self.node_sync_patch(&current, view, state, plan) else {
-            self.reported.node_synced();
-            self.sync_readiness(&current, view, state, plan).await;
+        let Some(patch) = self.node_sync_patch(&current, view, state, plan, notes) else {
+            self.writes.node_synced();
+            self.sync_readiness(&current, view, state, plan, notes)
+                .await;
             return current;
         };
         match self.patch_node(patch).await {
             Ok(n) => {
-                self.reported.node_synced();
-                self.sync_readiness(&n, view, state, plan).await;
+                self.writes.node_synced();
+                self.sync_readiness(&n, view, state, plan, notes).await;
                 n
             }
             Err(e) => {
                 tracing::warn!("cannot update the Node's Shim labels and state; retrying: {e}");
-                self.reported.node_sync_failed(Instant::now());
+                self.write_failed();
                 current
             }
         }

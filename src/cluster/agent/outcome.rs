@@ -3,18 +3,19 @@
 //! uninstalls, static-vs-cluster conflicts).
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use kube::Resource;
-use kube::runtime::events::EventType;
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::{Client, Resource};
 
-use super::Agent;
+use super::reported::Reported;
+use super::round_events::RoundEvents;
 use crate::api::Shim;
-use crate::api::names::event;
+use crate::api::names::{FIELD_MANAGER, event};
 use crate::cluster::target::NodePlan;
 use crate::reconciler::crash::SetAside;
 use crate::reconciler::judge::Verdict;
 use crate::reconciler::memory::Wanted;
 use crate::state::NodeState;
-use crate::txn::{HealthCheck, Report, Restarter, TxnError, TxnReason};
+use crate::txn::{Report, TxnError, TxnReason};
 
 /// The Event reason of a failed change: what was being done, from the failed transaction's
 /// kind and reason, whether the Shim was installed before, and whether the cluster still
@@ -45,7 +46,39 @@ fn report_digest(before: &NodeState, name: &str) -> String {
         .unwrap_or_default()
 }
 
-impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
+/// What the rounds tell the world: the journal, and Events on the Shims and the Node.
+pub(super) struct Outcomes {
+    node_name: String,
+    recorder: Recorder,
+    /// Publishes the rounds' Events in the background.
+    events: crate::events::Sender,
+    /// The round's Events, published at its end.
+    outbox: RoundEvents,
+    /// What it has reported, to report again only what changed.
+    reported: Reported,
+}
+
+impl Outcomes {
+    pub(super) fn new(client: Client, node_name: String) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(node_name.clone()),
+        };
+        let recorder = Recorder::new(client, reporter);
+        Outcomes {
+            node_name,
+            events: crate::events::Sender::new(recorder.clone()),
+            recorder,
+            outbox: RoundEvents::default(),
+            reported: Reported::default(),
+        }
+    }
+
+    /// The recorder of the agent's Events (the node hooks report through it too).
+    pub(super) fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+
     pub(super) fn succeeded(
         &mut self,
         report: &Report,
@@ -184,7 +217,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     }
 
     /// An Event on the Shim (when it still exists) and on the Node, kept for the end of the
-    /// round ([`Agent::publish_events`]): the Node's labels and state go out first, so a
+    /// round ([`Outcomes::publish_events`]): the Node's labels and state go out first, so a
     /// batch's Events never hold up its labels; the Node gets one Event per kind for the
     /// round's Shims ([`super::round_events`]).
     pub(super) fn emit(

@@ -1,7 +1,7 @@
 //! What the agent has told the cluster, pure: blocked uninstalls and static-vs-cluster
-//! conflicts already reported (each reported again only once it changes), and when a Node
-//! write that failed is tried again. The decisions about failures and retries are the
-//! reconciler core's ([`crate::reconciler`]).
+//! conflicts already reported (each reported again only once it changes; [`Reported`]), and
+//! when a Node write that failed is tried again ([`NodeWrites`]). The decisions about
+//! failures and retries are the reconciler core's ([`crate::reconciler`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,13 +11,18 @@ use tokio::time::Instant;
 /// Retry of a Node write (label, annotation) that failed, e.g. while the API server is down.
 pub const NODE_SYNC_RETRY_SECS: u64 = 5;
 
-/// What the agent has reported, and its Node writes' retry.
+/// What the agent has reported in Events.
 #[derive(Debug, Default)]
 pub struct Reported {
     /// Blocked uninstalls and the pods that blocked them, as last reported.
     blocked_seen: BTreeMap<String, Vec<String>>,
     /// Static/cluster conflicts already reported.
     conflicts_seen: BTreeSet<String>,
+}
+
+/// The retry of the agent's Node writes (labels, annotation, condition).
+#[derive(Debug, Default)]
+pub struct NodeWrites {
     /// When a Node write that failed is tried again.
     node_sync_due: Option<Instant>,
     node_sync_failures: u32,
@@ -49,7 +54,9 @@ impl Reported {
         let now: BTreeSet<&String> = conflicts.into_iter().collect();
         self.conflicts_seen.retain(|n| now.contains(n));
     }
+}
 
+impl NodeWrites {
     /// A Node write failed: try again later, backing off.
     pub fn node_sync_failed(&mut self, now: Instant) {
         self.node_sync_failures += 1;
@@ -90,7 +97,7 @@ mod tests {
 
     #[test]
     fn node_writes_back_off_to_a_minute() {
-        let mut m = Reported::default();
+        let mut m = NodeWrites::default();
         let t0 = Instant::now();
         for _ in 0..10 {
             m.node_sync_failed(t0);

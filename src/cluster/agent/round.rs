@@ -1,4 +1,4 @@
-//! One round of the agent, in named steps: read what it works from ([`Agent::view`]), plan
+//! One round of the agent, in named steps: read what it works from ([`Rounds::read`]), plan
 //! (which changes, held back by failures and crashes, one at a time after an unnamed batch
 //! failure), take the labels off before an uninstall, build the gate (rollout slots with the
 //! node hooks around them), transact (one transaction for every change, the Node told what
@@ -6,22 +6,24 @@
 //! with the slots given back beside them, then the round's Events).
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use kube::{Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::watch as tokio_watch;
 use tokio::time::Instant;
 
-use super::Agent;
 use super::caches::{Caches, pod_use};
-use super::gate::{NodeHints, SlotGate};
+use super::gate::{GateTimings, NodeHints, SlotGate};
+use super::node_sync::{NodeSync, adopt_into_cluster};
+use super::outcome::Outcomes;
 use super::view::RoundView;
 use crate::api::Shim;
 use crate::cluster::nodestate;
 use crate::cluster::target::{self, NodePlan, PodUse};
 use crate::reconciler::judge::Context;
-use crate::reconciler::memory::Wanted;
+use crate::reconciler::memory::{Memory, Wanted};
 use crate::reconciler::round::{Opened, Planning, open_round};
 use crate::state::{NodeState, StateStore};
 use crate::statics::read_static_shims;
-use crate::txn::{Change, Gate, HealthCheck, ReleaseLater, Restarter};
+use crate::txn::{Change, Gate, HealthCheck, Node, ReleaseLater, Restarter};
 
 /// The first pause before an announcement that failed is tried again, and the longest.
 const ANNOUNCE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(250);
@@ -36,7 +38,26 @@ pub(super) struct Read {
     pub(super) pods: Vec<PodUse>,
 }
 
-impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
+/// The agent's rounds: what they work with, and what they keep between them.
+pub(super) struct Rounds<'n, 'a, R, H> {
+    pub(super) node: &'n Node<'a, R, H>,
+    pub(super) client: Client,
+    pub(super) node_name: String,
+    /// How this node waits for rollout slots.
+    pub(super) gate_timings: GateTimings,
+    /// Turns true when the agent stops: the gate's waits end, and the round is judged
+    /// stopping.
+    pub(super) shutdown: tokio_watch::Receiver<bool>,
+    /// What it remembers between rounds (the reconciler core's memory, as in `run` without a
+    /// cluster).
+    pub(super) memory: Memory,
+    /// The writes of its Node, and their retry.
+    pub(super) sync: NodeSync,
+    /// What it tells the world of each round.
+    pub(super) tell: Outcomes,
+}
+
+impl<R: Restarter, H: HealthCheck> Rounds<'_, '_, R, H> {
     /// One round: read, plan, unlabel, gate, transact, report.
     pub(super) async fn round(
         &mut self,
@@ -50,7 +71,11 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let Some(read) = self.read(caches) else {
             return;
         };
-        let wanted = Wanted::new(&read.cluster, &read.statics);
+        let labels = read.node.labels().clone();
+        // the Shims that target this node: one that stops doing so is an uninstall, keyed
+        // as the static daemon keys a removed file's
+        let targeted = read.cluster.iter().filter(|s| target::targets(s, &labels));
+        let wanted = Wanted::of(targeted.chain(&read.statics));
         let now = Instant::now();
         let Opened {
             held,
@@ -58,7 +83,8 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             planning,
         } = open_round(&mut self.memory, store, state, wanted, now);
         crate::telemetry::set_aside(aside.names.len());
-        self.report_aside(&aside.new, &read.cluster, &read.node);
+        self.tell
+            .report_aside(&aside.new, &read.cluster, &read.node);
         let view = RoundView {
             cluster: &read.cluster,
             statics: &read.statics,
@@ -67,7 +93,6 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             held: &held,
             specs,
         };
-        let labels = read.node.labels().clone();
         let mut plan = self.plan(&view, &labels, state, &planning);
         let mut current = self.unlabel(read.node.clone(), &labels, &mut plan).await;
         let facts = self.node.host_facts(state);
@@ -79,23 +104,30 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let tx = self.transact(store, state, &view, &plan, &work, &gate, &mut current);
         let outcome = begun.transact(tx).await;
         let cx = Context {
-            stopping: self.shutdown.as_ref().is_some_and(|s| *s.borrow()),
+            stopping: *self.shutdown.borrow(),
             node: &me,
             now: Instant::now(),
         };
         let concluded = begun.conclude(&mut self.memory, &outcome, cx);
         let (verdict, wanted) = (&concluded.verdict, concluded.wanted());
         match &outcome {
-            Ok(report) => self.succeeded(report, &before, &read.cluster, &current),
-            Err(e) => self.failed(e, verdict, &before, wanted, &read.cluster, &current),
+            Ok(report) => self
+                .tell
+                .succeeded(report, &before, &read.cluster, &current),
+            Err(e) => self
+                .tell
+                .failed(e, verdict, &before, wanted, &read.cluster, &current),
         }
-        self.adopt_into_cluster(store, state, &view, &labels);
-        self.report_blocked_and_conflicts(&plan, &read.cluster, &current);
+        adopt_into_cluster(store, state, &view, &labels);
+        self.tell
+            .report_blocked_and_conflicts(&plan, &read.cluster, &current);
         // the slots go back beside the label patch, not before it: one round trip less on
         // the way to the label (a committed change holds its slots a moment longer)
-        tokio::join!(self.sync_node(current, &view, state, &plan), gate.finish());
+        let notes = self.memory.notes();
+        let synced = self.sync.sync_node(current, &view, state, &plan, &notes);
+        tokio::join!(synced, gate.finish());
         concluded.end(store, state);
-        self.publish_events();
+        self.tell.publish_events();
     }
 
     /// The caches and `shims.d` as the round reads them; `None` before this Node is known.
@@ -144,12 +176,12 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let Some(patch) = nodestate::unlabel_patch(labels, &plan.unlabel) else {
             return node;
         };
-        match self.patch_node(patch).await {
+        match self.sync.patch_node(patch).await {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!("cannot remove Shim labels from the Node; uninstalls wait: {e}");
                 plan.changes.retain(|c| !matches!(c, Change::Uninstall(_)));
-                self.reported.node_sync_failed(Instant::now());
+                self.sync.write_failed();
                 node
             }
         }
@@ -171,7 +203,9 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
         let announce = if work.is_empty() {
             None
         } else {
-            self.node_sync_patch(current, view, state, plan)
+            let notes = self.memory.notes();
+            self.sync
+                .node_sync_patch(current, view, state, plan, &notes)
         };
         let tx = self
             .node
@@ -198,7 +232,7 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
     async fn announce(&self, patch: serde_json::Value) -> KubeNode {
         let mut pause = ANNOUNCE_RETRY_FIRST;
         loop {
-            match self.patch_node(patch.clone()).await {
+            match self.sync.patch_node(patch.clone()).await {
                 Ok(n) => return n,
                 Err(e) => {
                     tracing::warn!(
@@ -231,18 +265,16 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             view.cluster,
             self.gate_timings,
         );
-        let slots = match &self.shutdown {
-            Some(s) => slots.until(s.clone()),
-            None => slots,
-        }
-        .until_superseded(view.specs.clone())
-        .hinted_by(NodeHints {
-            node: caches.node.clone(),
-            changes: caches.node_changes.clone(),
-        })
-        .except(view.statics.iter().map(|s| s.name().to_string()));
+        let slots = slots
+            .until(self.shutdown.clone())
+            .until_superseded(view.specs.clone())
+            .hinted_by(NodeHints {
+                node: caches.node.clone(),
+                changes: caches.node_changes.clone(),
+            })
+            .except(view.statics.iter().map(|s| s.name().to_string()));
         let report = crate::hooks::Report {
-            recorder: self.recorder.clone(),
+            recorder: self.tell.recorder().clone(),
             refs: vec![current.object_ref(&())],
         };
         let changes = crate::hooks::node_hooks::changes_of(&plan.changes, state);
@@ -255,9 +287,6 @@ impl<R: Restarter, H: HealthCheck> Agent<'_, '_, R, H> {
             self.gate_timings.max_deferral,
             report,
         );
-        match &self.shutdown {
-            Some(s) => gate.until(s.clone()),
-            None => gate,
-        }
+        gate.until(self.shutdown.clone())
     }
 }

@@ -27,11 +27,11 @@ use tokio::time::Instant;
 
 use super::nodestate::parse_states;
 use super::readiness;
-use super::reservations::Reservations;
 use super::slots::SLOT_SHIM_LABEL;
 use super::watch::{Tasks, spawn_reflector};
 use crate::api::names::{COORDINATOR_LEASE, FIELD_MANAGER, NAMESPACE};
 use election::{LeaseLock, Timings, lead};
+use reservations::Reservations;
 use shim_writes::ShimWriter;
 use slot_writes::Rollout;
 use status::NodeView;
@@ -45,6 +45,7 @@ pub mod election;
 mod error;
 mod hints;
 pub mod plan;
+pub mod reservations;
 mod shim_writes;
 pub mod slot_plan;
 pub mod slot_writes;
@@ -53,25 +54,13 @@ mod written;
 
 pub use class::runtime_class;
 pub use error::CoordinatorError;
+pub use shim_writes::{CLASS_WRITES_AT_ONCE, SHIM_WRITES_AT_ONCE};
 
 /// After a change the coordinator waits until its caches were quiet this long, so that one
 /// round answers a burst (a new Shim's creation and its first node states)...
 const ROUND_QUIET: Duration = Duration::from_millis(10);
 /// ...but no longer than this: under a steady stream of changes, a round every 50 ms.
 const ROUND_QUIET_MAX: Duration = Duration::from_millis(50);
-
-/// Finalizer and status writes made at once; the others wait their turn, in name order. A
-/// batch of 50 new Shims sent its 150 finalizer, RuntimeClass and status writes side by side
-/// with its 50 slot creates, and the API server answered some of those slots 0.4 s late; a
-/// controller keeps its writes in bounds (client-go: 5 a second, bursts of 10). Under one
-/// limit of eight for all three kinds, the RuntimeClasses of a 50-Shim batch waited behind
-/// the finalizers and statuses of the Shims before them: all 50 applied a median 1.18 s
-/// after the creates, 0.96 s apart (BENCHMARKS.md, the daemon benchmark).
-pub const SHIM_WRITES_AT_ONCE: usize = 2;
-/// RuntimeClass writes made at once, apart from the others: a pod of the class is refused
-/// at admission until its class exists, so a class never waits behind another Shim's
-/// finalizer or status.
-pub const CLASS_WRITES_AT_ONCE: usize = 8;
 
 /// Wait for the caches to be quiet for [`ROUND_QUIET`], at most [`ROUND_QUIET_MAX`] in all.
 async fn settle(rx: &mut mpsc::Receiver<()>) {

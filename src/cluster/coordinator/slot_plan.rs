@@ -3,7 +3,7 @@
 //! [`waiters`]); which slot Leases to create, close, open, free, retire, stamp and reserve,
 //! from the slots as read ([`plan_slots`]); which writes go first ([`narrows`]); when a slot is
 //! stamped again for a changed fleet ([`retarget`]); which Leases an earlier Shim of the name
-//! left ([`orphan_slots`]). Who is reserved which slot is [`crate::cluster::reservations`],
+//! left ([`orphan_slots`]). Who is reserved which slot is [`super::reservations`],
 //! shared with the agent; the writes themselves are [`super::slot_writes`]; what a slot is, and
 //! how a node claims one, is the shared protocol in [`crate::cluster::slots`].
 
@@ -12,12 +12,14 @@ use std::collections::BTreeSet;
 use kube::ResourceExt;
 use tokio::time::Instant;
 
+use super::reservations::{Reservations, Waiter};
 use super::status::NodeView;
 use crate::api::Shim;
 use crate::api::lease::ShimLease;
 use crate::cluster::nodestate::NodePhase;
-use crate::cluster::reservations::{Reservations, Waiter, few_rivals, slots_have_few_rivals};
-use crate::cluster::slots::{Closed, Limits, Slot, halted, limits, resume_token};
+use crate::cluster::slots::{
+    Closed, Limits, Slot, few_rivals, halted, limits, resume_token, slots_have_few_rivals,
+};
 use crate::cluster::target::targets;
 
 /// One write the coordinator makes to a slot.
@@ -46,7 +48,7 @@ pub enum SlotAction {
         index: u32,
         resource_version: String,
     },
-    /// Keep the slot for `node` next (`None`: for nobody): [`crate::cluster::reservations`].
+    /// Keep the slot for `node` next (`None`: for nobody): [`super::reservations`].
     Reserve {
         index: u32,
         node: Option<String>,

@@ -16,6 +16,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
 use super::CoordinatorError;
+use super::reservations::{Reservations, plan_reservations};
 pub use super::slot_plan::Rollout;
 use super::slot_plan::{SlotAction, narrows, plan_slots, plan_stamps, retarget, rollout_of};
 use super::status::{NodeView, with_rollout};
@@ -24,7 +25,6 @@ use crate::api::lease::ShimLease;
 use crate::api::names::NAMESPACE;
 use crate::api::{Shim, ShimStatus};
 use crate::cluster::lease_edits;
-use crate::cluster::reservations::{Reservations, plan_reservations};
 use crate::cluster::slots::{Slot, owned_by_node, slot_index, slot_name, slot_of};
 
 /// The slots of `shim` the coordinator sees, with their Leases.

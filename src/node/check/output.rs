@@ -1,7 +1,7 @@
 //! What a check container printed, and whether that is success: the CRI log format read back
 //! (pure), and the judgement of an exit code and an output against what the Shim asked for.
 
-use super::ContainerCheck;
+use super::spec::ContainerCheck;
 use crate::text::clip;
 
 /// Most bytes of a check container's log read back: its output is untrusted and may be huge.

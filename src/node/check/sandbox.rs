@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use super::{CHECK_HANDLER_LABEL, CHECK_ID_LABEL, CHECK_LABEL, CHECK_NAMESPACE, ContainerCheck};
+use super::spec::{
+    CHECK_HANDLER_LABEL, CHECK_ID_LABEL, CHECK_LABEL, CHECK_NAMESPACE, ContainerCheck,
+};
 use crate::node::cri::containers::{
     ContainerConfig, ContainerMetadata, ImageSpec, LinuxContainerConfig,
     LinuxContainerSecurityContext,

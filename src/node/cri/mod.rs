@@ -24,7 +24,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::{CriStatus, NodeError, RuntimeHealth};
+use super::error::NodeError;
+use super::ports::{CriStatus, RuntimeHealth};
 use crate::text::error_chain;
 
 pub mod containers;
@@ -34,16 +35,6 @@ mod status;
 pub use status::{
     handlers_from_verbose_info, sandbox_image_from_verbose_info, status_from_response,
 };
-
-/// Where [`CriStatus::handlers`] came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HandlerSource {
-    /// `StatusResponse.runtime_handlers` (containerd ≥ 2.0).
-    #[default]
-    RuntimeHandlers,
-    /// The verbose info's `config.containerd.runtimes` (containerd 1.x).
-    VerboseConfig,
-}
 
 const STATUS_PATH: &str = "/runtime.v1.RuntimeService/Status";
 const VERSION_PATH: &str = "/runtime.v1.RuntimeService/Version";

@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
-use super::{HandlerSource, proto};
-use crate::node::{CriStatus, NodeError};
+use super::proto;
+use crate::node::error::NodeError;
+use crate::node::ports::{CriStatus, HandlerSource};
 
 /// Turn a `Status` reply into a [`CriStatus`] (pure).
 pub fn status_from_response(resp: &proto::StatusResponse) -> Result<CriStatus, NodeError> {

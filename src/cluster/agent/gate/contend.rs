@@ -3,7 +3,7 @@
 //! slot).
 //!
 //! The coordinator keeps each open slot for the node that takes it next
-//! ([`crate::cluster::reservations`]) and says which on the node's Node. A waiting node
+//! (the coordinator's `reservations`) and says which on the node's Node. A waiting node
 //! watches only the slot its Node names, by name ([`super::hinted`]), so a hand-off reaches
 //! the one node it is for, and that node claims the slot as soon as an event shows it free
 //! and open: a replace guarded by the version it saw. Nobody else may take it (the admission
@@ -37,7 +37,7 @@ use crate::txn::error::GateError;
 /// The pause before a node lists again after its watch ended early: the first time, and the
 /// most, doubled at each early end in a row (as client-go's reflectors back off), and below
 /// the time a reservation waits for its node to claim it
-/// ([`crate::cluster::reservations::CLAIM_WITHIN`]).
+/// ([`crate::cluster::slots::CLAIM_WITHIN`]).
 const ENDED_FIRST: Duration = Duration::from_millis(500);
 const ENDED_MOST: Duration = Duration::from_secs(8);
 
@@ -205,7 +205,7 @@ mod tests {
             );
         }
         // below the time a reservation waits for its node
-        assert!(ENDED_MOST < crate::cluster::reservations::CLAIM_WITHIN);
+        assert!(ENDED_MOST < crate::cluster::slots::CLAIM_WITHIN);
         // a thousand nodes closed together: spread over the upper half of the pause
         let after: Vec<Duration> = (0..1000)
             .map(|i| pause_after_ended(3, &format!("uid-{i}"), "wasm", "4711"))

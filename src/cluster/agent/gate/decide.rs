@@ -5,8 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::cluster::reservations::few_rivals;
-use crate::cluster::slots::{Claim, Closed, Slot, candidates, claim};
+use crate::cluster::slots::{Claim, Closed, Slot, candidates, claim, few_rivals_of};
 
 /// What one list of a Shim's slots showed this node, and what it does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +36,7 @@ pub fn after_list(me: &str, my_uid: &str, shim: &str, slots: &[Slot]) -> Listed 
         .map(|s| s.index)
         .collect();
     let order = candidates(my_uid, shim, n, n as usize, &skip);
-    let few = have_few_rivals(slots);
+    let few = few_rivals_of(slots);
     Listed {
         claim: claim(me, slots, &order, few),
         few_rivals: few,
@@ -67,22 +66,13 @@ pub fn on_watched(me: &str, slot: Option<&Slot>, unreserved: bool) -> Watched {
     let Some(s) = slot else {
         return Watched::Pass;
     };
-    if unreserved && !have_few_rivals(std::slice::from_ref(s)) {
+    if unreserved && !few_rivals_of(std::slice::from_ref(s)) {
         return Watched::Relist;
     }
     match claim(me, std::slice::from_ref(s), &[s.index], unreserved) {
         Claim::Wait => Watched::Pass,
         Claim::Adopt(_) | Claim::Take(_) => Watched::Take,
     }
-}
-
-/// [`few_rivals`] as the slots say it: N and the targeted nodes as the coordinator stamped
-/// them (the largest of each; slots not stamped yet count as N = 1), so the coordinator and
-/// every node decide alike.
-fn have_few_rivals(slots: &[Slot]) -> bool {
-    let n = slots.iter().filter_map(|s| s.count).max();
-    let targeted = slots.iter().filter_map(|s| s.targeted).max();
-    few_rivals(n.unwrap_or(1), targeted)
 }
 
 #[cfg(test)]

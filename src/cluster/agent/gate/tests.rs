@@ -1,5 +1,5 @@
 use super::slot_gate::api_failed;
-use crate::cluster::reservations::few_rivals;
+use crate::cluster::slots::few_rivals;
 
 #[test]
 fn a_slot_reserved_for_nobody_is_taken_at_once_only_while_the_targeted_fit_in_n() {

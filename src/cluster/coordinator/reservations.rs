@@ -1,4 +1,4 @@
-//! Slot reservations (docs/design.md §5), pure: which waiting node each open slot of a Shim is
+//! Slot reservations (docs/design.md §5), the coordinator's rule, pure: which waiting node each open slot of a Shim is
 //! kept for next, so that a hand-off reaches one node instead of every node waiting behind it.
 //!
 //! The coordinator labels each open slot, held or free, with the node that takes it next
@@ -28,54 +28,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::slots::Slot;
+use crate::cluster::slots::{CLAIM_WITHIN, Slot};
 
-/// How long a free slot stays reserved for a node that does not claim it.
-pub const CLAIM_WITHIN: Duration = Duration::from_secs(10);
 /// How long after the coordinator last saw a node hold a slot of a Shim it does not count as
 /// waiting for another (its state may still show the phase it just finished).
 pub const HELD_COOLDOWN: Duration = Duration::from_secs(15);
-
-/// Whether a Shim has few rivals per slot, so a free slot reserved for nobody is taken at
-/// once rather than waited for: the nodes it targeted when the coordinator created its slots
-/// (`targeted`, stamped on them) fit in its `n` slots, or are two at most (one 409 costs less
-/// than a wait for the coordinator). Without it, 5000 nodes rushed 250 new slots at once.
-/// Anything bigger waits for its reservation, which the coordinator makes within a round trip
-/// of the node's state saying it waits; the Shim's status is not read (agents watch the
-/// Shims' metadata only). The coordinator reserves nothing for a Shim with few rivals: a
-/// reservation there only made a batch's nodes wait on each other (a node reserved a slot
-/// of a later Shim while it still waited for an earlier one held by the other) until it ran
-/// out.
-pub fn few_rivals(n: u32, targeted: Option<u32>) -> bool {
-    targeted.unwrap_or(0) <= n.max(2)
-}
-
-/// The nodes a slot's Shim targeted when the coordinator created it, as stamped on the slot.
-pub fn slot_targeted(lease: &crate::api::lease::ShimLease) -> Option<u32> {
-    use kube::ResourceExt;
-    lease
-        .annotations()
-        .get(crate::api::lease::SLOT_TARGETED)?
-        .parse()
-        .ok()
-}
-
-/// [`few_rivals`] as a Shim's slots say it: N and the targeted nodes as the coordinator stamped
-/// them (the largest of each), so the coordinator and every node decide alike from the same
-/// objects (a node that counted the slots it listed, before all existed, waited for a
-/// reservation the coordinator, counting N, would not make). No stamp: few.
-pub fn slots_have_few_rivals<'l>(
-    slots: impl IntoIterator<Item = &'l crate::api::lease::ShimLease>,
-) -> bool {
-    use kube::ResourceExt;
-    let (mut n, mut targeted) = (None::<u32>, None::<u32>);
-    for l in slots {
-        let count = l.annotations().get(crate::api::lease::SLOT_COUNT);
-        n = n.max(count.and_then(|c| c.parse().ok()));
-        targeted = targeted.max(slot_targeted(l));
-    }
-    few_rivals(n.unwrap_or(1), targeted)
-}
 
 /// A node waiting for a slot of a Shim, as the coordinator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
